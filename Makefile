@@ -5,7 +5,7 @@ PY ?= $(VENV)/bin/python
 PYTEST = $(PY) -m pytest
 BENCH = PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench
 
-.PHONY: setup test test-gpu test-all bench bench-quick clean
+.PHONY: setup test test-gpu bench bench-quick profile log clean
 
 # torch==2.13.0 is the CPU build on machines without a GPU (a plain `torch` would pull a multi-GB
 # CUDA build); triton 3.6.0 is the reference GPU's, so the interpreter runs the same Triton there;
@@ -29,6 +29,14 @@ bench:
 
 bench-quick:
 	$(BENCH) --quick
+
+# Nsight Compute over every step (clocks untouched), parsed into results/<gpu>/ncu.csv.
+profile:
+	PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench.profile
+
+# Regenerate README/KERNEL_LOG tables and plots from the committed results (no GPU needed).
+log:
+	$(PY) -m rosetta.bench.report
 
 clean:
 	rm -rf .build .pytest_cache

@@ -22,20 +22,14 @@ def interpreting() -> bool:
 
 
 def check_inputs(v: Variant, inputs: tuple) -> None:
-    """Every bad input is refused here, before any launch, with what was expected."""
+    """Every bad input is refused here, before any launch, with what was expected.
+    Order: argument types, dtypes, shapes, devices."""
     spec = SPECS[v.op]
     if len(inputs) != len(spec.inputs):
         raise TypeError(f"{v.label} takes {len(spec.inputs)} tensors {spec.inputs}, got {len(inputs)}")
     for name, t in zip(spec.inputs, inputs):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{v.label}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    device = inputs[0].device
-    if any(t.device != device for t in inputs):
-        got = ", ".join(f"{n} on {t.device}" for n, t in zip(spec.inputs, inputs))
-        raise ValueError(f"{v.label}: all inputs must be on one device, got {got}")
-    if device.type != "cuda" and not (v.backend == "triton" and interpreting()):
-        hint = " (or set TRITON_INTERPRET=1 to run Triton steps on the CPU)" if v.backend == "triton" else ""
-        raise ValueError(f"{v.label} needs CUDA tensors, got a tensor on {device}{hint}")
     dtype = inputs[0].dtype
     if any(t.dtype != dtype for t in inputs):
         got = ", ".join(f"{n}: {t.dtype}" for n, t in zip(spec.inputs, inputs))
@@ -43,6 +37,13 @@ def check_inputs(v: Variant, inputs: tuple) -> None:
     if dtype not in v.dtypes:
         raise ValueError(f"{v.label} supports dtypes {[str(d) for d in v.dtypes]}, got {dtype}")
     spec.check_shapes(v.label, *inputs)
+    device = inputs[0].device
+    if any(t.device != device for t in inputs):
+        got = ", ".join(f"{n} on {t.device}" for n, t in zip(spec.inputs, inputs))
+        raise ValueError(f"{v.label}: all inputs must be on one device, got {got}")
+    if device.type != "cuda" and not (v.backend == "triton" and interpreting()):
+        hint = " (or set TRITON_INTERPRET=1 to run Triton steps on the CPU)" if v.backend == "triton" else ""
+        raise ValueError(f"{v.label} needs CUDA tensors, got a tensor on {device}{hint}")
 
 
 def run(v: Variant, *inputs):

@@ -1,0 +1,94 @@
+"""python -m rosetta.bench [--op OP] [--backend B] [--step N] [--quick]
+
+On a GPU: every tier and step of the selected ops, correctness first, then timing; writes
+results/<gpu>/bench.csv, environment.json and plots, and regenerates the KERNEL_LOG/README tables.
+Without a GPU: says so, then does the CPU part (interpreter correctness, line counts, the last
+committed GPU results)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+
+def parse_args(argv=None):
+    from rosetta.registry import BACKENDS, OPS
+
+    p = argparse.ArgumentParser(prog="python -m rosetta.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--op", choices=OPS, action="append", help="op(s) to run (default: all with steps)")
+    p.add_argument("--backend", choices=(*BACKENDS, "torch"), help="only this backend (torch = the tiers)")
+    p.add_argument("--step", type=int, help="only this step number (with --backend)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: headline shape, first dtype, no sweep; writes bench-quick.csv")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("No CUDA GPU here: running the CPU part instead (Triton interpreter correctness at "
+              "small sizes, line counts per step, the last committed GPU results).")
+        os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
+        from .cpu import main as cpu_main
+
+        return cpu_main(args)
+    return gpu_main(args)
+
+
+def gpu_main(args) -> int:
+    import rosetta
+    from rosetta.ops import SPECS
+
+    from . import ceilings, environment, report, results, suite
+
+    start = time.monotonic()
+    ops = args.op or [op for op in rosetta.OPS if rosetta.variants(op)]
+    env = environment.collect()
+    out_dir = environment.results_dir(env["gpu"])
+    limits = ceilings.load(out_dir)
+    print(f"{env['gpu']} | driver {env['driver']} | CUDA {env['cuda_runtime']} | torch {env['torch']} | "
+          f"triton {env['triton']} | {env['git_sha']}\ntiming: {suite.TIMING_METHOD}\n"
+          f"ceiling: {limits['GB/s'] and round(limits['GB/s'])} GB/s ({limits['source']})", flush=True)
+
+    if args.backend in (None, "cuda") and any(rosetta.variants(op, "cuda") for op in ops):
+        t0 = time.monotonic()
+        from rosetta import dispatch
+
+        dispatch.ensure_loaded("cuda")
+        print(f"CUDA extension ready in {time.monotonic() - t0:.1f} s", flush=True)
+
+    groups = suite.plan(ops, args.quick)
+    per_group = {g: suite.subjects(g.op, args.backend, args.step) for g in groups}
+    progress = suite.Progress(sum(len([s for s in subs if g.dtype in s.dtypes]) for g, subs in per_group.items()))
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    rows = []
+    for group, subs in per_group.items():
+        rows += suite.run_group(group, subs, gen, limits, progress, env["git_sha"])
+        torch.cuda.empty_cache()
+
+    full = not (args.backend or args.step or args.op or args.quick)
+    csv_path = out_dir / ("bench-quick.csv" if args.quick else "bench.csv")
+    all_rows = results.write_rows(csv_path, rows, replace_all=full)
+    env.update(timing_method=suite.TIMING_METHOD, ceiling_source=limits["source"],
+               bench_wall_s=round(time.monotonic() - start, 1))
+    results.write_environment(out_dir / "environment.json", env)
+    if not args.quick:
+        report.plots(out_dir, all_rows, limits)
+        report.update_docs()
+    for op in ops:
+        dtype = str(SPECS[op].dtypes[0]).removeprefix("torch.")
+        print(f"\n{op} {dtype}, shape {suite.shape_str(SPECS[op].headline)}:\n"
+              + report.tables.ladder_table(rows, op, dtype))
+    wrong = [r["label"] for r in rows if r["status"] != "ok"]
+    print(f"wrote {csv_path.relative_to(rosetta.registry.REPO)} ({len(rows)} rows) in "
+          f"{time.monotonic() - start:.0f} s" + (f"; NOT OK: {sorted(set(wrong))}" if wrong else ""))
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

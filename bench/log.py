@@ -1,0 +1,107 @@
+"""KERNEL_LOG.md: per op a generated summary, then per step (teaching order) a generated block
+(header, measured numbers with deltas, ncu metrics with deltas) followed by the hand-written
+**Prediction** and **Lesson**. Steps without a section get one appended with placeholders;
+hand-written text is never touched, and regenerating from the same data changes nothing."""
+from __future__ import annotations
+
+import rosetta
+from rosetta.ops import SPECS
+from rosetta.registry import REPO
+
+from . import markers, ncu, results, tables
+
+LOG = REPO / "KERNEL_LOG.md"
+PLACEHOLDER = "_not written yet_"
+
+
+def step_block(v, rows, ncu_rows) -> str:
+    h = v.header
+    text = [f"*Changed:* {h.changed}", f"*Why:* {h.why}", f"*Still:* {h.still}", f"*Limits:* {h.limits}",
+            f"*Source:* [`{v.source}`]({v.source})", ""]
+    dtype_order = [str(d).removeprefix("torch.") for d in SPECS[v.op].dtypes]
+    mine = sorted((r for r in rows if r["label"] == v.label and r["role"] == "headline"),
+                  key=lambda r: dtype_order.index(r["dtype"]))
+    if mine:
+        metric = mine[0]["metric"]
+        text += [f"| dtype | time (us) | {metric} | % of ceiling | vs torch | Δ vs step {v.step - 1} |",
+                 "|---|--:|--:|--:|--:|--:|"]
+        for r in mine:
+            if r["status"] != "ok":
+                text.append(f"| {r['dtype']} | {r['status']} | | | | |")
+                continue
+            prev = _previous(v, rows, r)
+            delta = f"{r['throughput'] / prev['throughput'] - 1:+.1%}" if prev and prev.get("throughput") else ""
+            pct = f"{r['pct_of_ceiling']:.1f}" if r["pct_of_ceiling"] is not None else ""
+            vs = f"{r['speedup_vs_torch']:.3f}x" if r["speedup_vs_torch"] is not None else ""
+            text.append(f"| {r['dtype']} | {r['p50_ms'] * 1e3:.1f} | {r['throughput']:.0f} | {pct} | {vs} | {delta} |")
+    else:
+        text.append("_not measured yet_")
+    metrics = ncu.step_table(ncu_rows, v)
+    if metrics:
+        text += ["", metrics]
+    return "\n".join(text)
+
+
+def _previous(v, rows, row):
+    if v.step == 1:
+        return None
+    label = rosetta.variants(v.op, v.backend)[v.step - 2].label
+    return next((r for r in rows if r["label"] == label and r["dtype"] == row["dtype"]
+                 and r["shape"] == row["shape"]), None)
+
+
+def op_block(op, rows, ncu_rows, folder) -> str:
+    rel = folder.relative_to(REPO)
+    parts = []
+    for dtype in SPECS[op].dtypes:
+        name = str(dtype).removeprefix("torch.")
+        parts += [f"**{name}**, shape {'x'.join(map(str, SPECS[op].headline))}:", "", tables.ladder_table(rows, op, name)]
+    parts += ["Lines of code (lizard NLOC):", "", tables.lines_table(rows, op),
+              f"![{op} ladder]({rel}/plots/{op}_ladder.png)", f"![{op} sweep]({rel}/plots/{op}_sweep.png)"]
+    if ncu_rows:
+        parts.append(f"![{op} ncu]({rel}/plots/{op}_ncu.png)")
+    return "\n".join(parts)
+
+
+def skeleton_step(v) -> str:
+    return (f"### {v.label} — {v.header.title}\n\n{markers.block(v.label, '')}\n\n"
+            f"**Prediction.** {PLACEHOLDER}\n\n**Lesson.** {PLACEHOLDER}\n")
+
+
+def ensure_sections(text: str) -> str:
+    """Append a section for every op and step that has none yet (placeholders for the prose)."""
+    present = set(markers.names(text))
+    for op in rosetta.OPS:
+        ladder = rosetta.variants(op)
+        if not ladder:
+            continue
+        if f"{op}/summary" not in present:
+            text = text.rstrip() + f"\n\n## {op}\n\n{markers.block(f'{op}/summary', '')}\n"
+        for v in ladder:
+            if v.label not in present:
+                text = _insert_in_op(text, op, skeleton_step(v))
+    return text
+
+
+def _insert_in_op(text: str, op: str, section: str) -> str:
+    """Insert before the next `## ` heading after the op's heading, or at the end."""
+    start = text.index(f"\n## {op}\n")
+    nxt = text.find("\n## ", start + 1)
+    if nxt == -1:
+        return text.rstrip() + "\n\n" + section
+    return text[:nxt].rstrip() + "\n\n" + section + text[nxt:]
+
+
+def update(folder) -> bool:
+    rows = results.read_rows(folder / "bench.csv")
+    ncu_rows = ncu.read_table(folder / "ncu.csv")
+    original = LOG.read_text() if LOG.exists() else "# KERNEL_LOG\n"
+    text = ensure_sections(original)
+    for op in rosetta.OPS:
+        if rosetta.variants(op):
+            text = markers.replace(text, f"{op}/summary", op_block(op, rows, ncu_rows, folder))
+            for v in rosetta.variants(op):
+                text = markers.replace(text, v.label, step_block(v, rows, ncu_rows))
+    if text != original:
+        LOG.write_text(text)
+    return text != original

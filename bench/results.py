@@ -1,0 +1,67 @@
+"""Results are data: tidy rows in results/<gpu>/bench.csv plus environment.json beside them.
+Tables and plots are made from these files only."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+COLUMNS = [
+    "op", "backend", "step", "name", "label", "dtype", "shape", "numel", "role", "status",
+    "rel_error", "p50_ms", "p20_ms", "p80_ms", "throughput", "metric", "pct_of_ceiling",
+    "speedup_vs_torch", "device_nloc", "device_tokens", "host_nloc", "git_sha",
+]
+KEY = ("label", "dtype", "shape")
+NUMERIC = {"step": int, "numel": int, "device_nloc": int, "device_tokens": int, "host_nloc": int,
+           "rel_error": float, "p50_ms": float, "p20_ms": float, "p80_ms": float,
+           "throughput": float, "pct_of_ceiling": float, "speedup_vs_torch": float}
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        for col, kind in NUMERIC.items():
+            value = row.get(col, "")
+            row[col] = kind(value) if value not in ("", None) else None
+    return rows
+
+
+def write_rows(path: Path, rows: list[dict], replace_all: bool) -> list[dict]:
+    """Write `rows`; unless `replace_all`, keep earlier rows that this run did not measure."""
+    if not replace_all:
+        fresh = {tuple(str(r[k]) for k in KEY) for r in rows}
+        rows = [r for r in read_rows(path) if tuple(str(r[k]) for k in KEY) not in fresh] + rows
+    rows = sorted(rows, key=order_key)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _fmt(row.get(k)) for k in COLUMNS})
+    return rows
+
+
+def order_key(row: dict):
+    """Teaching order: op, then torch tiers, then each backend's steps in order; then dtype, size."""
+    from rosetta.registry import BACKENDS, OPS
+
+    backend_rank = {"torch": 0, **{b: i + 1 for i, b in enumerate(BACKENDS)}}
+    tier_rank = {"eager": 0, "compile": 1}
+    return (OPS.index(row["op"]), backend_rank[row["backend"]], row["step"] or 0,
+            tier_rank.get(row["name"], 0), str(row["dtype"]), row["numel"] or 0)
+
+
+def _fmt(value):
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else value
+
+
+def write_environment(path: Path, env: dict) -> None:
+    path.write_text(json.dumps(env, indent=2) + "\n")
+
+
+def read_environment(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}

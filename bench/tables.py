@@ -1,0 +1,55 @@
+"""Markdown tables from results rows, in teaching order (never sorted by speed)."""
+from __future__ import annotations
+
+from .results import order_key
+
+
+def _num(value, fmt: str) -> str:
+    return "" if value is None else format(value, fmt)
+
+
+def headline_rows(rows: list[dict], op: str, dtype: str) -> list[dict]:
+    return sorted((r for r in rows if r["op"] == op and r["role"] == "headline" and r["dtype"] == dtype),
+                  key=order_key)
+
+
+def ladder_table(rows: list[dict], op: str, dtype: str) -> str:
+    """One line per tier/step at the op's headline shape: time, throughput, % of ceiling,
+    speedup vs torch eager, and the change from the previous step of the same backend."""
+    chosen = headline_rows(rows, op, dtype)
+    if not chosen:
+        return f"_no {op} {dtype} results yet_\n"
+    metric = chosen[0]["metric"]
+    out = [f"| step | time (us) | {metric} | % of ceiling | vs torch | Δ vs prev. step | rel. error |",
+           "|---|--:|--:|--:|--:|--:|--:|"]
+    previous = {}
+    for r in chosen:
+        name = r["label"].split("/", 1)[1]
+        if r["status"] != "ok":
+            out.append(f"| {name} | {r['status']} | | | | | {_num(r['rel_error'], '.1e')} |")
+            continue
+        prev = previous.get(r["backend"])
+        delta = f"{r['throughput'] / prev - 1:+.1%}" if prev and r["backend"] != "torch" else ""
+        previous[r["backend"]] = r["throughput"]
+        out.append(f"| {name} | {r['p50_ms'] * 1e3:.1f} | {r['throughput']:.0f} | "
+                   f"{_num(r['pct_of_ceiling'], '.1f')} | {_num(r['speedup_vs_torch'], '.3f')}x | "
+                   f"{delta} | {_num(r['rel_error'], '.1e')} |")
+    return "\n".join(out) + "\n"
+
+
+def lines_table(rows: list[dict], op: str) -> str:
+    """Device and host NLOC per step, and the per-op Triton-vs-CUDA summary."""
+    seen, out = {}, ["| step | device NLOC | device tokens | host NLOC |", "|---|--:|--:|--:|"]
+    for r in sorted((r for r in rows if r["op"] == op and r["backend"] != "torch"), key=order_key):
+        if r["label"] in seen or r["device_nloc"] is None:
+            continue
+        seen[r["label"]] = r
+        out.append(f"| {r['label'].split('/', 1)[1]} | {r['device_nloc']} | {r['device_tokens']} | {r['host_nloc']} |")
+    totals = {}
+    for r in seen.values():
+        t = totals.setdefault(r["backend"], [0, 0, 0])
+        t[0], t[1], t[2] = t[0] + r["device_nloc"], t[1] + r["device_tokens"], t[2] + r["host_nloc"]
+    for backend, (nloc, tokens, host) in totals.items():
+        steps = sum(1 for r in seen.values() if r["backend"] == backend)
+        out.append(f"| **{backend} total ({steps} steps)** | {nloc} | {tokens} | {host} |")
+    return "\n".join(out) + "\n"

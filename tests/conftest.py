@@ -1,0 +1,31 @@
+import os
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests skip, with the reason, where there is no GPU; they never pass vacuously."""
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `make test-gpu` on the GPU box)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def interpreter():
+    """Triton steps on the CPU: only valid when TRITON_INTERPRET=1 was set before triton loaded."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("set TRITON_INTERPRET=1 (make test does) to run Triton steps on the CPU")
+
+
+@pytest.fixture
+def gen():
+    """A fresh seeded generator per test: reproducible, never zeros."""
+    g = torch.Generator(device="cuda" if HAS_CUDA else "cpu")
+    g.manual_seed(1234)
+    return g
