@@ -5,7 +5,7 @@ PY ?= $(VENV)/bin/python
 PYTEST = $(PY) -m pytest
 BENCH = PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench
 
-.PHONY: setup test test-gpu bench bench-quick profile log clean
+.PHONY: setup test test-gpu bench bench-quick profile survey log clean
 
 # torch==2.13.0 is the CPU build on machines without a GPU (a plain `torch` would pull a multi-GB
 # CUDA build); triton 3.6.0 is the reference GPU's, so the interpreter runs the same Triton there;
@@ -33,6 +33,10 @@ bench-quick:
 # Nsight Compute over every step (clocks untouched), parsed into results/<gpu>/ncu.csv.
 profile:
 	PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench.profile
+
+# Measured ceilings of this GPU (copy/read/L2 bandwidth, FP32 FMA, cuBLAS) and the roofline.
+survey:
+	PYTHONUNBUFFERED=1 $(PY) -m rosetta.survey
 
 # Regenerate README/KERNEL_LOG tables and plots from the committed results (no GPU needed).
 log:

@@ -52,7 +52,8 @@ def gpu_main(args) -> int:
     limits = ceilings.load(out_dir)
     print(f"{env['gpu']} | driver {env['driver']} | CUDA {env['cuda_runtime']} | torch {env['torch']} | "
           f"triton {env['triton']} | {env['git_sha']}\ntiming: {suite.TIMING_METHOD}\n"
-          f"ceiling: {limits['GB/s'] and round(limits['GB/s'])} GB/s ({limits['source']})", flush=True)
+          f"ceilings ({limits['source']}): copy {limits['dram_copy'] and round(limits['dram_copy'])} GB/s, "
+          f"read {limits['dram_read'] and round(limits['dram_read'])} GB/s", flush=True)
 
     if args.backend in (None, "cuda") and any(rosetta.variants(op, "cuda") for op in ops):
         t0 = time.monotonic()
@@ -73,13 +74,12 @@ def gpu_main(args) -> int:
 
     full = not (args.backend or args.step or args.op or args.quick)
     csv_path = out_dir / ("bench-quick.csv" if args.quick else "bench.csv")
-    all_rows = results.write_rows(csv_path, rows, replace_all=full)
+    results.write_rows(csv_path, rows, replace_all=full)
     env.update(timing_method=suite.TIMING_METHOD, ceiling_source=limits["source"],
                bench_wall_s=round(time.monotonic() - start, 1))
     results.write_environment(out_dir / "environment.json", env)
     if not args.quick:
-        report.plots(out_dir, all_rows, limits)
-        report.update_docs()
+        report.regenerate()  # plots (with the roofline) and the README/KERNEL_LOG tables
     for op in ops:
         dtype = str(SPECS[op].dtypes[0]).removeprefix("torch.")
         print(f"\n{op} {dtype}, shape {suite.shape_str(SPECS[op].headline)}:\n"

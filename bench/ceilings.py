@@ -1,5 +1,5 @@
-"""The hardware ceilings that "% of ceiling" divides by: measured by hardware-survey when
-results/<gpu>/hardware.json exists, else theoretical peaks from the device's own facts."""
+"""The ceilings that "% of ceiling" divides by: measured by `make survey` when
+results/<gpu>/hardware.json exists, else theoretical peaks from the device's facts (warned)."""
 from __future__ import annotations
 
 import json
@@ -7,26 +7,28 @@ import warnings
 
 
 def load(results_dir) -> dict:
-    """{"GB/s": DRAM copy bandwidth, "TFLOP/s": {dtype: rate}, "source": "measured" | "theoretical"}."""
+    """{"dram_copy": GB/s, "dram_read": GB/s, "fp32_fma": TFLOP/s, "tensor": {dtype: TFLOP/s},
+    "source": "measured" | "theoretical"}; each OpSpec names the one it is measured against."""
     path = results_dir / "hardware.json"
     if path.exists():
-        hw = json.loads(path.read_text())
-        measured = hw["measured"]
-        return {"GB/s": measured["dram_copy_own_gbps"]["median"],
-                "TFLOP/s": {k: v["median"] for k, v in measured.get("tensor_tflops", {}).items()},
-                "source": "measured"}
+        m = json.loads(path.read_text())["measured"]
+        return {"dram_copy": m["dram_copy_own"]["median"], "dram_read": m["dram_read"]["median"],
+                "fp32_fma": m["fp32_fma"]["tflops"],
+                "tensor": {k: v["median"] for k, v in m.get("tensor", {}).items()}, "source": "measured"}
     warnings.warn(f"no {path.name} in {results_dir}: % of ceiling uses theoretical peaks "
                   "(run `make survey` for measured ones)")
     return {**theoretical(), "source": "theoretical"}
 
 
 def theoretical() -> dict:
-    """Peak DRAM bandwidth from memory clock and bus width (CuPy exposes both; torch does not)."""
+    """Peak DRAM bandwidth from memory clock and bus width (CuPy reads both; torch does not)."""
     try:
         import cupy
 
-        props = cupy.cuda.runtime.getDeviceProperties(0)
-        gbps = 2 * props["memoryClockRate"] * 1e3 * props["memoryBusWidth"] / 8 / 1e9  # DDR: x2
+        rt = cupy.cuda.runtime
+        mhz = rt.deviceGetAttribute(rt.cudaDevAttrMemoryClockRate, 0) / 1e3
+        bits = rt.deviceGetAttribute(rt.cudaDevAttrGlobalMemoryBusWidth, 0)
+        gbps = 2 * mhz * 1e6 * bits / 8 / 1e9  # double data rate
     except Exception:  # no CuPy: no bandwidth ceiling
         gbps = None
-    return {"GB/s": gbps, "TFLOP/s": {}}
+    return {"dram_copy": gbps, "dram_read": gbps, "fp32_fma": None, "tensor": {}}

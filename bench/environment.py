@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import re
 import subprocess
@@ -33,6 +34,9 @@ def _run(cmd: list[str]) -> str:
 
 
 def git_sha() -> str:
+    """HEAD (+"-dirty"); ROSETTA_GIT_SHA names it where the tree was copied without .git."""
+    if os.environ.get("ROSETTA_GIT_SHA"):
+        return os.environ["ROSETTA_GIT_SHA"]
     sha = _run(["git", "rev-parse", "--short=12", "HEAD"]) or "unknown"
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
     return sha + ("-dirty" if dirty else "")

@@ -9,8 +9,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from .results import order_key  # noqa: E402
+from .tiers import REFERENCE_BACKENDS  # noqa: E402
 
-COLORS = {"cuda": "tab:green", "triton": "tab:blue", "torch": "black"}
+COLORS = {"cuda": "tab:green", "triton": "tab:blue", "torch": "black", "cub": "tab:purple"}
 
 
 def sweep_plot(rows: list[dict], op: str, dtype: str, path: Path, ceiling: float | None = None) -> Path | None:
@@ -25,14 +26,15 @@ def sweep_plot(rows: list[dict], op: str, dtype: str, path: Path, ceiling: float
     for label, points in series.items():
         points.sort()
         backend = points[0][2]
-        shade = 0.35 + 0.65 * (int(label.rsplit("/", 1)[1][:2]) / 10 if backend != "torch" else 1)
-        style = {"linestyle": "--" if backend == "torch" else "-", "marker": "o", "markersize": 3,
+        reference = backend in REFERENCE_BACKENDS
+        shade = 1.0 if reference else 0.35 + 0.65 * int(label.rsplit("/", 1)[1][:2]) / len(series)
+        style = {"linestyle": "--" if reference else "-", "marker": "o", "markersize": 3,
                  "color": COLORS[backend], "alpha": min(shade, 1.0)}
         if label.endswith("/compile"):
             style["color"] = "tab:gray"
         ax.plot([p[0] for p in points], [p[1] for p in points], label=label.split("/", 1)[1], **style)
     if ceiling:
-        ax.axhline(ceiling, color="tab:red", linewidth=1, label=f"measured copy ceiling ({ceiling:.0f})")
+        ax.axhline(ceiling, color="tab:red", linewidth=1, label=f"measured ceiling ({ceiling:.0f})")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("elements")
     ax.set_ylabel(chosen[0]["metric"])
@@ -51,7 +53,7 @@ def ladder_plot(rows: list[dict], op: str, dtype: str, path: Path, ceiling: floa
     side, torch eager / torch.compile as horizontal lines."""
     chosen = sorted((r for r in rows if r["op"] == op and r["dtype"] == dtype and r["role"] == "headline"
                      and r["status"] == "ok"), key=order_key)
-    steps = [r for r in chosen if r["backend"] != "torch"]
+    steps = [r for r in chosen if r["backend"] not in REFERENCE_BACKENDS]
     if not steps:
         return None
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(steps) + 2), 5))
@@ -59,10 +61,11 @@ def ladder_plot(rows: list[dict], op: str, dtype: str, path: Path, ceiling: floa
     bars = ax.bar(range(len(steps)), [r["throughput"] for r in steps],
                   color=[COLORS[r["backend"]] for r in steps])
     ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    tier_colors = {"eager": "black", "compile": "tab:gray"}
     for r in chosen:
-        if r["backend"] == "torch":
-            ax.axhline(r["throughput"], linestyle="--", color="black" if r["name"] == "eager" else "tab:gray",
-                       label=f"torch {r['name']} ({r['throughput']:.0f})")
+        if r["backend"] in REFERENCE_BACKENDS:
+            ax.axhline(r["throughput"], linestyle="--", color=tier_colors.get(r["name"], COLORS[r["backend"]]),
+                       label=f"{r['backend']} {r['name']} ({r['throughput']:.0f})")
     if ceiling:
         ax.axhline(ceiling, color="tab:red", linewidth=1, label=f"measured ceiling ({ceiling:.0f})")
     ax.set_xticks(range(len(steps)), names, rotation=30, ha="right", fontsize=8)

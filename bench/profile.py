@@ -88,7 +88,8 @@ def main(argv=None) -> int:
         return 0
     start = time.monotonic()
     known = available_metrics(ncu)
-    metrics = [m for m in ncu_parse.METRICS if m.split(".")[0] in known]
+    # launch__* are launch attributes, not counters: --query-metrics does not list them
+    metrics = [m for m in ncu_parse.METRICS if m.startswith("launch__") or m.split(".")[0] in known]
     dropped = sorted(set(ncu_parse.METRICS) - set(metrics))
     if dropped:
         print(f"ncu on this GPU lacks: {', '.join(dropped)}")
@@ -128,8 +129,7 @@ def main(argv=None) -> int:
     env["profile_wall_s"] = round(time.monotonic() - start, 1)
     env["ncu"] = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
     results.write_environment(out_dir / "environment.json", env)
-    report.ncu_plots(out_dir, table)
-    report.update_docs()
+    report.regenerate()
     print(f"profiled {len(parsed)}/{len(labels)} steps in {time.monotonic() - start:.0f} s -> "
           f"{(out_dir / 'ncu.csv').relative_to(rosetta.registry.REPO)}")
     return 0 if len(parsed) == len(labels) else 1

@@ -2,6 +2,7 @@
 KERNEL_LOG.md. `make log` runs `python -m rosetta.bench.report`; bench and profile call it too."""
 from __future__ import annotations
 
+import json
 import sys
 
 import rosetta
@@ -19,7 +20,7 @@ def plots(out_dir, rows, limits) -> list:
     made = []
     for op in {r["op"] for r in rows}:
         dtype = str(SPECS[op].dtypes[0]).removeprefix("torch.")
-        ceiling = limits.get("GB/s") if SPECS[op].metric == "GB/s" else None
+        ceiling = limits.get(SPECS[op].ceiling)
         made.append(p.sweep_plot(rows, op, dtype, out_dir / "plots" / f"{op}_sweep.png", ceiling))
         made.append(p.ladder_plot(rows, op, dtype, out_dir / "plots" / f"{op}_ladder.png", ceiling))
     return [m for m in made if m]
@@ -51,17 +52,24 @@ def readme_blocks(folder) -> dict:
     rows = results.read_rows(folder / "bench.csv")
     env = results.read_environment(folder / "environment.json")
     blocks = {}
+    rel = folder.relative_to(REPO)
     for op in rosetta.OPS:
         if not any(r["op"] == op for r in rows):
             continue
         dtype = str(SPECS[op].dtypes[0]).removeprefix("torch.")
-        rel = folder.relative_to(REPO)
         blocks[f"{op}/table"] = (
             f"{env.get('gpu')}, {dtype}, shape {SPECS[op].headline[0] if len(SPECS[op].headline) == 1 else SPECS[op].headline}; "
             f"torch {env.get('torch')}, triton {env.get('triton')}, CUDA {env.get('cuda_runtime')}, "
             f"driver {env.get('driver')}, commit {env.get('git_sha')}, {env.get('date_utc')} UTC.\n\n"
             + tables.ladder_table(rows, op, dtype)
             + f"\n![{op} ladder]({rel}/plots/{op}_ladder.png)\n![{op} sweep]({rel}/plots/{op}_sweep.png)\n")
+    if (folder / "hardware.md").exists():
+        hw = json.loads((folder / "hardware.json").read_text())["measured"]
+        blocks["roofline"] = (
+            f"Ceilings measured by `make survey` ([hardware.md]({rel}/hardware.md)): DRAM copy "
+            f"{hw['dram_copy_own']['median']:.0f} GB/s, read {hw['dram_read']['median']:.0f} GB/s, "
+            f"L2 {hw['l2_read']['median']:.0f} GB/s, FP32 FMA {hw['fp32_fma']['tflops']:.1f} TFLOP/s, "
+            f"cuBLAS bf16 {hw['tensor']['bf16']['median']:.0f} TFLOP/s.\n\n![roofline]({rel}/plots/roofline.png)\n")
     return blocks
 
 
@@ -82,9 +90,14 @@ def regenerate() -> None:
 
     for folder in sorted(p for p in environment.RESULTS.glob("*") if (p / "bench.csv").exists()):
         hw = folder / "hardware.json"
-        limits = ceilings.load(folder) if hw.exists() else {"GB/s": None}
-        plots(folder, results.read_rows(folder / "bench.csv"), limits)
+        limits = ceilings.load(folder) if hw.exists() else {}
+        rows = results.read_rows(folder / "bench.csv")
+        plots(folder, rows, limits)
         ncu_plots(folder, ncu.read_table(folder / "ncu.csv"))
+        if hw.exists():
+            from rosetta.survey.roofline import plot as roofline
+
+            roofline(json.loads(hw.read_text()), rows, folder / "plots" / "roofline.png")
     update_docs()
 
 

@@ -47,7 +47,9 @@ def order_key(row: dict):
     """Teaching order: op, then torch tiers, then each backend's steps in order; then dtype, size."""
     from rosetta.registry import BACKENDS, OPS
 
-    backend_rank = {"torch": 0, **{b: i + 1 for i, b in enumerate(BACKENDS)}}
+    from .tiers import REFERENCE_BACKENDS
+
+    backend_rank = {b: i for i, b in enumerate((*REFERENCE_BACKENDS, *BACKENDS))}
     tier_rank = {"eager": 0, "compile": 1}
     return (OPS.index(row["op"]), backend_rank[row["backend"]], row["step"] or 0,
             tier_rank.get(row["name"], 0), str(row["dtype"]), row["numel"] or 0)

@@ -78,8 +78,8 @@ def run_group(group: Group, subjects_: list, gen, ceilings: dict, progress: Prog
     reference = spec.reference(*inputs)
     tolerance = spec.tolerance[group.dtype]
     dtype_name = str(group.dtype).removeprefix("torch.")
-    ceiling = ceilings.get(spec.metric)
-    if isinstance(ceiling, dict):  # TFLOP/s ceilings are per dtype
+    ceiling = ceilings.get(spec.ceiling)
+    if isinstance(ceiling, dict):  # tensor ceilings are per dtype
         ceiling = ceiling.get(dtype_name)
     rows = []
     for subject in subjects_:
@@ -98,7 +98,7 @@ def run_group(group: Group, subjects_: list, gen, ceilings: dict, progress: Prog
         try:
             result = launch()  # also the warm-up: JIT compile, autotune, torch.compile
             torch.cuda.synchronize()
-            err = spec.relative_error(result, reference)
+            err = spec.relative_error(result, reference, inputs)
         except Exception as exc:  # a broken step is reported, not fatal to the suite
             row.update(status=f"error: {type(exc).__name__}: {exc}".splitlines()[0][:200])
             progress.report(subject.label, f"{dtype_name} {shape_str(group.shape)}: {row['status']}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .results import order_key
+from .tiers import REFERENCE_BACKENDS
 
 
 def _num(value, fmt: str) -> str:
@@ -29,7 +30,7 @@ def ladder_table(rows: list[dict], op: str, dtype: str) -> str:
             out.append(f"| {name} | {r['status']} | | | | | {_num(r['rel_error'], '.1e')} |")
             continue
         prev = previous.get(r["backend"])
-        delta = f"{r['throughput'] / prev - 1:+.1%}" if prev and r["backend"] != "torch" else ""
+        delta = f"{r['throughput'] / prev - 1:+.1%}" if prev and r["backend"] not in REFERENCE_BACKENDS else ""
         previous[r["backend"]] = r["throughput"]
         out.append(f"| {name} | {r['p50_ms'] * 1e3:.1f} | {r['throughput']:.0f} | "
                    f"{_num(r['pct_of_ceiling'], '.1f')} | {_num(r['speedup_vs_torch'], '.3f')}x | "
@@ -40,7 +41,7 @@ def ladder_table(rows: list[dict], op: str, dtype: str) -> str:
 def lines_table(rows: list[dict], op: str) -> str:
     """Device and host NLOC per step, and the per-op Triton-vs-CUDA summary."""
     seen, out = {}, ["| step | device NLOC | device tokens | host NLOC |", "|---|--:|--:|--:|"]
-    for r in sorted((r for r in rows if r["op"] == op and r["backend"] != "torch"), key=order_key):
+    for r in sorted((r for r in rows if r["op"] == op and r["backend"] not in REFERENCE_BACKENDS), key=order_key):
         if r["label"] in seen or r["device_nloc"] is None:
             continue
         seen[r["label"]] = r

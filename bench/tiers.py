@@ -8,19 +8,21 @@ import torch
 
 from rosetta.ops import SPECS
 
-TIER_NAMES = ("eager", "compile")
+TORCH_TIERS = ("eager", "compile")
+LIBRARY_TIERS = {"cub": "device_reduce"}  # backend -> name: CUDA-library references
+REFERENCE_BACKENDS = ("torch", *LIBRARY_TIERS)
 
 
 @dataclass(frozen=True)
 class Tier:
     op: str
-    name: str  # "eager" or "compile"
+    name: str  # "eager", "compile", or a library tier's name
     backend: str = "torch"
     step: int = 0
 
     @property
     def label(self) -> str:
-        return f"{self.op}/torch/{self.name}"
+        return f"{self.op}/{self.backend}/{self.name}"
 
     @property
     def dtypes(self):
@@ -28,7 +30,8 @@ class Tier:
 
 
 def tiers(op: str) -> list[Tier]:
-    return [Tier(op, name) for name in TIER_NAMES]
+    return [Tier(op, name) for name in TORCH_TIERS] + \
+           [Tier(op, LIBRARY_TIERS[lib], backend=lib) for lib in SPECS[op].tiers]
 
 
 _compiled = {}
@@ -52,6 +55,12 @@ def runner(subject, inputs, out):
     the caching allocator: no cudaMalloc in the timed region)."""
     if isinstance(subject, Tier):
         spec = SPECS[subject.op]
+        if subject.backend == "cub":  # built into the CUDA extension beside the steps
+            from rosetta import dispatch
+
+            dispatch.ensure_loaded("cuda")
+            op = getattr(torch.ops.rosetta, f"{subject.op}_cub_out")
+            return lambda: (op(*inputs, out), out)[1]
         if subject.name == "eager":
             return lambda: (spec.torch_eager(*inputs, out), out)[1]
         fn = compiled(subject.op)

@@ -88,6 +88,8 @@ at::Tensor reduce_sum(const at::Tensor& x) {
 #define DECLARE_REDUCE_SUM(op, step) cudaError_t op##_##step(const rosetta::ReduceSumArgs&, cudaStream_t);
 ROSETTA_VECTOR_ADD_STEPS(DECLARE_VECTOR_ADD)
 ROSETTA_REDUCE_SUM_STEPS(DECLARE_REDUCE_SUM)
+// Reference tier, not a step: cub::DeviceReduce::Sum (cuda-kernels/reduce_sum/reference_cub.cu).
+cudaError_t reduce_sum_cub(const rosetta::ReduceSumArgs&, cudaStream_t);
 
 #define DEF_VECTOR_ADD(op, step)                                               \
   m.def(#op "_cuda_" #step "(Tensor x, Tensor y) -> Tensor");                  \
@@ -99,6 +101,8 @@ ROSETTA_REDUCE_SUM_STEPS(DECLARE_REDUCE_SUM)
 TORCH_LIBRARY(rosetta, m) {
   ROSETTA_VECTOR_ADD_STEPS(DEF_VECTOR_ADD)
   ROSETTA_REDUCE_SUM_STEPS(DEF_REDUCE_SUM)
+  m.def("reduce_sum_cub(Tensor x) -> Tensor");
+  m.def("reduce_sum_cub_out(Tensor x, Tensor(a!) out) -> ()");
 }
 
 #define IMPL(op, step)                                       \
@@ -108,4 +112,6 @@ TORCH_LIBRARY(rosetta, m) {
 TORCH_LIBRARY_IMPL(rosetta, CUDA, m) {
   ROSETTA_VECTOR_ADD_STEPS(IMPL)
   ROSETTA_REDUCE_SUM_STEPS(IMPL)
+  m.impl("reduce_sum_cub", &reduce_sum<&reduce_sum_cub>);
+  m.impl("reduce_sum_cub_out", &reduce_sum_out<&reduce_sum_cub>);
 }

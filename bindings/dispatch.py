@@ -77,10 +77,11 @@ def ensure_loaded(backend: str) -> None:
         from . import cuda_build
 
         cuda_build.load()
-        for v in variants(backend="cuda"):
-            spec = SPECS[v.op]
-            torch.library.register_fake(f"rosetta::{v.qualname}")(spec.allocate)
-            torch.library.register_fake(f"rosetta::{v.qualname}_out")(lambda *args: None)
+        names = [(v.qualname, SPECS[v.op]) for v in variants(backend="cuda")]
+        names.append(("reduce_sum_cub", SPECS["reduce_sum"]))  # the CUB reference tier
+        for name, spec in names:
+            torch.library.register_fake(f"rosetta::{name}")(spec.allocate)
+            torch.library.register_fake(f"rosetta::{name}_out")(lambda *args: None)
     else:
         for v in variants(backend="triton"):
             _register_triton(v)

@@ -7,7 +7,6 @@ Tests, bench, line counts, ncu runs and KERNEL_LOG tables all iterate `variants(
 from __future__ import annotations
 
 import ast
-import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,8 +110,19 @@ def step_files(backend: str, op: str) -> list[Path]:
     return sorted(p for p in folder.glob(f"*{SUFFIXES[backend]}") if STEP_FILE.match(p.stem))
 
 
-@functools.cache
+_REGISTRY: tuple[Variant, ...] | None = None
+
+
 def _all_variants() -> tuple[Variant, ...]:
+    """Discovered once, then a plain global read: torch.compile traces rosetta.vector_add & co.
+    through here, and must see a constant, not file reads."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = _discover()
+    return _REGISTRY
+
+
+def _discover() -> tuple[Variant, ...]:
     from .ops import SPECS
 
     found = []

@@ -27,12 +27,16 @@ class OpSpec:
     tolerance: dict = field(default_factory=dict)  # dtype -> max relative error vs fp64
     dtypes: tuple = ALL_FLOAT
     metric: str = "GB/s"  # what the throughput column reports: "GB/s" or "TFLOP/s"
+    ceiling: str = "dram_copy"  # the measured ceiling (hardware.json) that "% of ceiling" divides by
+    # The error's yardstick: ||ref|| by default; a sum uses sum|x| (its condition number).
+    error_scale: Callable = lambda inputs, ref: ref.norm().item()  # noqa: E731
+    tiers: tuple = ()  # reference tiers beyond torch eager/compile, e.g. ("cub",)
 
-    def relative_error(self, out: torch.Tensor, ref: torch.Tensor) -> float:
-        """||out - ref|| / ||ref|| in fp64; NaN or Inf anywhere gives inf (never passes)."""
+    def relative_error(self, out: torch.Tensor, ref: torch.Tensor, inputs: tuple) -> float:
+        """||out - ref|| / scale in fp64; NaN or Inf anywhere gives inf (never passes)."""
         out64 = out.double()
         if not torch.isfinite(out64).all():
             return float("inf")
-        denom = ref.norm().item()
+        scale = self.error_scale(inputs, ref)
         diff = (out64 - ref).norm().item()
-        return diff / denom if denom > 0 else diff
+        return diff / scale if scale > 0 else diff

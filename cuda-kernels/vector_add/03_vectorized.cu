@@ -8,8 +8,9 @@ Why:      a quarter (fp32) or an eighth (16-bit) of the load/store instructions 
           law at ~3 TB/s and ~600 ns latency wants ~2 MB in flight across the chip (~15 KB per SM);
           Prediction: fp32 stays near step 2 (already close to the copy ceiling), while fp16/bf16,
           whose 2-byte accesses are twice as many per byte, gain the most.
-Still:    nothing left for a single add: the kernel moves the minimal 3 x n x sizeof(T) bytes, and
-          what remains is DRAM itself. Fusing the add into its producer is the only further win.
+Still:    the grid-stride loop keeps one 16-byte load per operand in flight per thread, and each
+          iteration's loads queue behind the previous iteration's add and store: fewer bytes in
+          flight than the DRAM system needs. Step 4 issues several vectors per thread at once.
 Limits:   none (misaligned or odd-length inputs take the scalar head/tail paths).
 */
 #include "rosetta.cuh"

@@ -1,0 +1,32 @@
+// The multi-launch driver shared by reduce_sum steps 1-8: run one "pass" kernel (one partial sum
+// per block) over the input, then over its partials, until a single block is left, whose result
+// goes straight to *out. Every pass after the first reads fp32 partials.
+#pragma once
+
+#include "rosetta.cuh"
+
+namespace rosetta {
+
+// blocks_for(n): the grid a pass uses for n inputs. pass(in, dtype, n, dst, blocks): launch it,
+// writing one float per block to dst. Partials ping-pong between two regions of the workspace.
+template <typename BlocksFor, typename Pass>
+cudaError_t reduce_in_passes(const ReduceSumArgs& a, cudaStream_t stream, BlocksFor blocks_for, Pass pass) {
+  if (a.n == 0) return cudaMemsetAsync(a.out, 0, sizeof(float), stream);  // the empty sum
+  const int64_t first = blocks_for(a.n);
+  if (first + blocks_for(first) > a.workspace_floats) return cudaErrorInvalidValue;
+  float* regions[2] = {a.workspace, a.workspace + first};
+  const void* in = a.x;
+  DType dtype = a.dtype;
+  int64_t n = a.n;
+  for (int which = 0;; which ^= 1) {
+    const int64_t blocks = blocks_for(n);
+    float* dst = blocks == 1 ? a.out : regions[which];
+    const cudaError_t err = pass(in, dtype, n, dst, blocks);
+    if (err != cudaSuccess || blocks == 1) return err;
+    in = dst;
+    dtype = DType::f32;
+    n = blocks;
+  }
+}
+
+}  // namespace rosetta

@@ -1,0 +1,54 @@
+// Microbenchmarks of the hardware survey. Compiled at run time by NVRTC through CuPy's RawModule
+// (no extension build needed) and, in CI, by nvcc, whose SASS the tests check for FFMA.
+// Plain C++ with extern "C" names, so CuPy finds the kernels unmangled.
+
+// Copy: one-shot blocks of 256 threads, each moving four 16-byte vectors with all four loads in
+// flight before the first store (the shape of vector_add step 4). n4 % (256 * 4) == 0.
+extern "C" __global__ void __launch_bounds__(256)
+copy_f4(const float4* __restrict__ src, float4* __restrict__ dst, long long n4) {
+  const long long base = (long long)blockIdx.x * 1024 + threadIdx.x;
+  float4 v[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) v[u] = src[base + u * 256];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) dst[base + u * 256] = v[u];
+}
+
+// Read-only: each thread sums its share with four independent chains. The sum is written only
+// if it equals an impossible value, which keeps every load live at no store cost.
+extern "C" __global__ void __launch_bounds__(256)
+read_f4(const float4* __restrict__ src, long long n4, int passes, float* __restrict__ sink) {
+  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  float a = 0.f, b = 0.f, c = 0.f, d = 0.f;
+  for (int p = 0; p < passes; ++p) {  // passes > 1: the same working set again (L2 if it fits)
+    long long i = tid;
+    for (; i + 3 * stride < n4; i += 4 * stride) {
+      const float4 w = src[i], x = src[i + stride], y = src[i + 2 * stride], z = src[i + 3 * stride];
+      a += (w.x + w.y) + (w.z + w.w);
+      b += (x.x + x.y) + (x.z + x.w);
+      c += (y.x + y.y) + (y.z + y.w);
+      d += (z.x + z.y) + (z.z + z.w);
+    }
+    for (; i < n4; i += stride) a += src[i].x + src[i].y + src[i].z + src[i].w;
+  }
+  const float total = (a + b) + (c + d);
+  if (total == -1.2345e-30f) sink[0] = total;
+}
+
+// FP32 FMA rate: eight independent dependency chains per thread (FMA latency ~4 cycles, so
+// eight warps' worth of independent work per scheduler keeps the pipe full), 16 x 8 FMAs per
+// iteration. The result is stored, so the compiler must keep every chain.
+extern "C" __global__ void __launch_bounds__(256)
+fma_chains(float* __restrict__ out, int iters, float m, float c) {
+  float a0 = threadIdx.x * 1e-3f, a1 = a0 + 1e-3f, a2 = a0 + 2e-3f, a3 = a0 + 3e-3f;
+  float a4 = a0 + 4e-3f, a5 = a0 + 5e-3f, a6 = a0 + 6e-3f, a7 = a0 + 7e-3f;
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      a0 = fmaf(a0, m, c); a1 = fmaf(a1, m, c); a2 = fmaf(a2, m, c); a3 = fmaf(a3, m, c);
+      a4 = fmaf(a4, m, c); a5 = fmaf(a5, m, c); a6 = fmaf(a6, m, c); a7 = fmaf(a7, m, c);
+    }
+  }
+  out[(long long)blockIdx.x * blockDim.x + threadIdx.x] = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
+}

@@ -1,0 +1,70 @@
+"""The roofline: measured ceilings as roofs, every step and reference tier as a point at the op's
+arithmetic intensity (flops / minimal bytes) and achieved FLOP/s, from bench.csv."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLORS = {"cuda": "tab:green", "triton": "tab:blue", "torch": "black", "cub": "tab:purple"}
+MARKERS = {"cuda": "o", "triton": "s", "torch": "*", "cub": "P"}
+
+
+def points(rows: list[dict]) -> list[dict]:
+    """Headline rows of each op's first dtype -> {label, backend, intensity, tflops}."""
+    import torch
+
+    from rosetta.ops import SPECS
+
+    found = []
+    for r in rows:
+        spec = SPECS.get(r["op"])
+        if not spec or r["status"] != "ok" or r["role"] != "headline":
+            continue
+        if r["dtype"] != str(spec.dtypes[0]).removeprefix("torch."):
+            continue
+        shape = tuple(int(s) for s in r["shape"].split("x"))
+        flops = spec.flops(shape)
+        intensity = flops / spec.minimal_bytes(shape, getattr(torch, r["dtype"]))
+        found.append({"label": r["label"], "backend": r["backend"], "intensity": intensity,
+                      "tflops": flops / (r["p50_ms"] * 1e-3) / 1e12})
+    return found
+
+
+def plot(hardware: dict, rows: list[dict], path: Path) -> Path:
+    m = hardware["measured"]
+    dram = m["dram_copy_own"]["median"] / 1e3  # TB/s
+    l2 = m["l2_read"]["median"] / 1e3
+    fma = m["fp32_fma"]["tflops"]
+    tensor = m.get("tensor", {}).get("bf16", {}).get("median")
+    fig, ax = plt.subplots(figsize=(9, 6))
+    xs = [2.0**k for k in range(-6, 13)]
+    ax.plot(xs, [min(x * dram, fma) for x in xs], color="tab:red", label=f"DRAM {dram:.2f} TB/s / FP32 FMA {fma:.1f} TFLOP/s")
+    ax.plot(xs, [min(x * l2, fma) for x in xs], color="tab:orange", linestyle="--", label=f"L2 {l2:.1f} TB/s")
+    if tensor:
+        ax.plot(xs, [min(x * dram, tensor) for x in xs], color="tab:brown", linestyle=":",
+                label=f"bf16 tensor (cuBLAS) {tensor:.0f} TFLOP/s")
+    seen = set()
+    for p in points(rows):
+        kind = p["backend"]
+        ax.scatter(p["intensity"], p["tflops"], color=COLORS.get(kind, "gray"), marker=MARKERS.get(kind, "o"),
+                   s=60 if kind in ("torch", "cub") else 30, zorder=3,
+                   label=None if kind in seen else kind)
+        seen.add(kind)
+        ax.annotate(p["label"].split("/", 1)[1], (p["intensity"], p["tflops"]), fontsize=6,
+                    xytext=(4, -3 - 7 * (hash(p["label"]) % 4)), textcoords="offset points")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (flop / minimal DRAM byte)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.set_title(f"{hardware['facts']['name']}: roofline of measured ceilings, every step (fp32 headline)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

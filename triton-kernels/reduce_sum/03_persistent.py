@@ -1,0 +1,58 @@
+"""
+Step 3 — persistent programs: a machine-sized grid, each looping, one atomic per program
+Changed:  the grid is 4 programs per SM; each walks the input in strides of grid x BLOCK,
+          accumulating into a BLOCK-wide fp32 register vector, and issues a single atomic at the
+          end. BLOCK and num_warps are autotuned (keyed on n).
+Why:      Triton's version of CUDA step 7/8: O(n/p) sequential work per program, the reduction
+          tree paid once per program instead of once per block, and ~500 atomics instead of 16 Ki.
+          The vector accumulator keeps BLOCK independent fp32 chains, so accuracy improves too.
+          Prediction: at or above torch.sum.
+Still:    NON-DETERMINISTIC like step 2 (fewer atomics, so a smaller spread). The autotuner runs
+          the kernel several times on the first call for each n (reset_to_zero keeps the output
+          right). Step 4 trades the atomics for a tiny second pass to become deterministic.
+Limits:   none.
+"""
+import os
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import wrap_triton
+
+PROGRAMS_PER_SM = 4
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    CONFIGS = [triton.Config({"BLOCK": 1024}, num_warps=4)]  # the interpreter cannot tune
+else:
+    CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (1024, 2048, 4096) for w in (4, 8)]
+
+
+@triton.autotune(configs=CONFIGS, key=["n"], reset_to_zero=["out_ptr"])
+@triton.jit
+def sum_persistent_kernel(
+    x_ptr,  # input, contiguous
+    out_ptr,  # float32 scalar, zeroed before the launch
+    n,  # number of elements; the autotune key
+    BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    step = tl.num_programs(0).to(tl.int64) * BLOCK
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(pid * BLOCK, n, step):
+        offsets = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offsets, mask=offsets < n, other=0.0).to(tl.float32)
+    tl.atomic_add(out_ptr, tl.sum(acc, axis=0))
+
+
+def programs_for(x):
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
+    return PROGRAMS_PER_SM * sms
+
+
+def launch(x, out):
+    out.zero_()
+    n = x.numel()
+    if n == 0:
+        return
+    grid = lambda meta: (min(programs_for(x), triton.cdiv(n, meta["BLOCK"])),)  # noqa: E731
+    wrap_triton(sum_persistent_kernel)[grid](x, out, n)
