@@ -27,14 +27,14 @@ def ladder_table(rows: list[dict], op: str, dtype: str) -> str:
     for r in chosen:
         name = r["label"].split("/", 1)[1]
         if r["status"] != "ok":
-            out.append(f"| {name} | {r['status']} | | | | | {_num(r['rel_error'], '.1e')} |")
+            out.append(f"| {name} | {r['status']} | | | | | {_num(r.get('rel_error'), '.1e')} |")
             continue
         prev = previous.get(r["backend"])
         delta = f"{r['throughput'] / prev - 1:+.1%}" if prev and r["backend"] not in REFERENCE_BACKENDS else ""
         previous[r["backend"]] = r["throughput"]
         out.append(f"| {name} | {r['p50_ms'] * 1e3:.1f} | {r['throughput']:.0f} | "
                    f"{_num(r['pct_of_ceiling'], '.1f')} | {_num(r['speedup_vs_torch'], '.3f')}x | "
-                   f"{delta} | {_num(r['rel_error'], '.1e')} |")
+                   f"{delta} | {_num(r.get('rel_error'), '.1e')} |")
     return "\n".join(out) + "\n"
 
 

@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 KERNELS = Path(__file__).with_name("kernels.cu")
@@ -44,7 +45,8 @@ def dram_copy(nbytes: int = 2**30) -> dict:
     dst = torch.empty_like(src)
     kernel = mod.get_function("copy_f4")
     s, d = _cupy(src), _cupy(dst)
-    own = _bench(lambda: kernel((n4 // (THREADS * 4),), (THREADS,), (s, d, n4)))
+    # CuPy passes Python ints as 64-bit and floats as double: give each argument its C type
+    own = _bench(lambda: kernel((n4 // (THREADS * 4),), (THREADS,), (s, d, np.int64(n4))))
     assert torch.equal(dst, src), "copy_f4 copied wrongly"
     lib = _bench(lambda: dst.copy_(src))
     return {"own": _rate(own, 2 * nbytes), "torch": _rate(lib, 2 * nbytes)}
@@ -59,7 +61,8 @@ def read_bandwidth(nbytes: int, passes: int, label: str) -> dict:
     kernel = mod.get_function("read_f4")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     xs, ss, n4 = _cupy(x), _cupy(sink), nbytes // 16
-    timing = _bench(lambda: kernel((sms * 8,), (THREADS,), (xs, n4, passes, ss)))
+    args = (xs, np.int64(n4), np.int32(passes), ss)
+    timing = _bench(lambda: kernel((sms * 8,), (THREADS,), args))
     return {label: _rate(timing, nbytes * passes)}
 
 
@@ -71,7 +74,8 @@ def fp32_fma() -> dict:
     blocks, iters = sms * 8, 4096
     out = torch.empty(blocks * THREADS, device="cuda")
     o = _cupy(out)
-    run = lambda: kernel((blocks,), (THREADS,), (o, iters, 0.9999, 1e-4))  # noqa: E731
+    args = (o, np.int32(iters), np.float32(0.9999), np.float32(1e-4))
+    run = lambda: kernel((blocks,), (THREADS,), args)  # noqa: E731
     flops = blocks * THREADS * iters * 16 * 8 * 2
     run()
     clocks, stop = [], threading.Event()

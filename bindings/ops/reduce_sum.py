@@ -14,7 +14,8 @@ SPEC = OpSpec(
     check_shapes=lambda label, x: None,  # any shape: every element is summed
     allocate=lambda x: torch.empty((), dtype=torch.float32, device=x.device),
     reference=lambda x: x.double().sum(),
-    torch_eager=lambda x, out: torch.sum(x, dtype=torch.float32, out=out),
+    # sum(..., out=) needs a dim: reduce the flattened tensor's only one (same kernel as sum(x))
+    torch_eager=lambda x, out: torch.sum(x.reshape(-1), 0, dtype=torch.float32, out=out),
     torch_expr=lambda x: torch.sum(x, dtype=torch.float32),
     make_inputs=make_inputs,
     minimal_bytes=lambda shape, dtype: torch.Size(shape).numel() * dtype.itemsize,  # read once
