@@ -46,7 +46,7 @@ def gpu_main(args) -> int:
     from . import ceilings, environment, report, results, suite
 
     start = time.monotonic()
-    ops = args.op or [op for op in rosetta.OPS if rosetta.variants(op)]
+    ops = args.op or rosetta.ops_with_steps()
     env = environment.collect()
     out_dir = environment.results_dir(env["gpu"])
     limits = ceilings.load(out_dir)

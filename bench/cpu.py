@@ -10,7 +10,7 @@ from . import environment, lines, results, tables
 
 
 def main(args) -> int:
-    ops = args.op or [op for op in rosetta.OPS if rosetta.variants(op)]
+    ops = args.op or rosetta.ops_with_steps()
     failures = 0
     print("\nTriton steps under the interpreter (fp32, fp16; small sizes):")
     gen = torch.Generator().manual_seed(0)

@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     from rosetta import dispatch
 
     dispatch.ensure_loaded("cuda")  # build once here, not inside the first profiled child
-    ops = args.op or [op for op in rosetta.OPS if rosetta.variants(op)]
+    ops = args.op or rosetta.ops_with_steps()
     labels = [s.label for op in ops for s in subjects(op, args.backend, args.step)]
     out_dir = environment.results_dir()
     raw_rows, parsed = [], []
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     if not parsed:
         return 1
     keep_others = [r for r in ncu_parse.read_table(out_dir / "ncu.csv") if r["label"] not in set(labels)]
-    order = {s.label: i for i, s in enumerate(s for op in rosetta.OPS for s in subjects(op))}
+    order = {s.label: i for i, s in enumerate(s for op in rosetta.ops_with_steps() for s in subjects(op))}
     table = sorted(keep_others + parsed, key=lambda r: order.get(r["label"], 1e9))
     ncu_parse.write_table(out_dir / "ncu.csv", table)
     with (out_dir / "ncu_raw.csv").open("w", newline="") as f:

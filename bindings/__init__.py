@@ -5,9 +5,9 @@
     rosetta.vector_add(x, y, backend="cuda", step=1)  # the first CUDA step
     for v in rosetta.variants("vector_add"): print(v.label, v.header.changed)
 """
-from .registry import BACKENDS, OPS, Header, RegistryError, Variant, best, select, variants
+from .registry import BACKENDS, OPS, Header, RegistryError, Variant, best, ops_with_steps, select, variants
 
-__all__ = ["OPS", "BACKENDS", "Variant", "Header", "RegistryError", "variants", "best",
+__all__ = ["OPS", "BACKENDS", "Variant", "Header", "RegistryError", "variants", "best", "ops_with_steps",
            "vector_add", "reduce_sum", "softmax", "matmul"]
 
 

@@ -155,6 +155,11 @@ def variants(op: str | None = None, backend: str | None = None) -> list[Variant]
             if (op is None or v.op == op) and (backend is None or v.backend == backend)]
 
 
+def ops_with_steps() -> list[str]:
+    """The ops that have at least one step file, in OPS order."""
+    return [op for op in OPS if variants(op)]
+
+
 def best(op: str, backend: str) -> Variant:
     """The step used when step=None: the last (most optimized) one of the ladder."""
     ladder = variants(op, backend)

@@ -15,7 +15,8 @@ copy_f4(const float4* __restrict__ src, float4* __restrict__ dst, long long n4) 
 }
 
 // Read-only: each thread sums its share with four independent chains. The sum is written only
-// if it equals an impossible value, which keeps every load live at no store cost.
+// if it equals an impossible value, which keeps every load live at no store cost. __ldcg reads
+// through L2 but not L1: repeated passes over a small working set must measure L2, not L1.
 extern "C" __global__ void __launch_bounds__(256)
 read_f4(const float4* __restrict__ src, long long n4, int passes, float* __restrict__ sink) {
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -24,13 +25,17 @@ read_f4(const float4* __restrict__ src, long long n4, int passes, float* __restr
   for (int p = 0; p < passes; ++p) {  // passes > 1: the same working set again (L2 if it fits)
     long long i = tid;
     for (; i + 3 * stride < n4; i += 4 * stride) {
-      const float4 w = src[i], x = src[i + stride], y = src[i + 2 * stride], z = src[i + 3 * stride];
+      const float4 w = __ldcg(src + i), x = __ldcg(src + i + stride);
+      const float4 y = __ldcg(src + i + 2 * stride), z = __ldcg(src + i + 3 * stride);
       a += (w.x + w.y) + (w.z + w.w);
       b += (x.x + x.y) + (x.z + x.w);
       c += (y.x + y.y) + (y.z + y.w);
       d += (z.x + z.y) + (z.z + z.w);
     }
-    for (; i < n4; i += stride) a += src[i].x + src[i].y + src[i].z + src[i].w;
+    for (; i < n4; i += stride) {
+      const float4 w = __ldcg(src + i);
+      a += (w.x + w.y) + (w.z + w.w);
+    }
   }
   const float total = (a + b) + (c + d);
   if (total == -1.2345e-30f) sink[0] = total;

@@ -48,17 +48,28 @@ def plot(hardware: dict, rows: list[dict], path: Path) -> Path:
         ax.plot(xs, [min(x * dram, tensor) for x in xs], color="tab:brown", linestyle=":",
                 label=f"bf16 tensor (cuBLAS) {tensor:.0f} TFLOP/s")
     seen = set()
-    for p in points(rows):
-        kind = p["backend"]
-        ax.scatter(p["intensity"], p["tflops"], color=COLORS.get(kind, "gray"), marker=MARKERS.get(kind, "o"),
-                   s=60 if kind in ("torch", "cub") else 30, zorder=3,
-                   label=None if kind in seen else kind)
-        seen.add(kind)
-        ax.annotate(p["label"].split("/", 1)[1], (p["intensity"], p["tflops"]), fontsize=6,
-                    xytext=(4, -3 - 7 * (hash(p["label"]) % 4)), textcoords="offset points")
+    found = points(rows)
+    by_op = {}
+    for p in found:
+        by_op.setdefault(p["label"].split("/")[0], []).append(p)
+    for op, group in by_op.items():
+        # Every step of an op has the same intensity: fan the points out sideways (x0.87..x1.15)
+        # so each can carry its label; the op's true intensity is marked by a vertical tick.
+        ax.axvline(group[0]["intensity"], color="lightgray", linewidth=0.8, zorder=1)
+        ax.text(group[0]["intensity"], 0.03, op, rotation=90, fontsize=8, color="gray",
+                transform=ax.get_xaxis_transform(), ha="right")
+        for i, p in enumerate(group):
+            kind = p["backend"]
+            x = p["intensity"] * 2 ** (0.4 * (i / max(len(group) - 1, 1) - 0.5))
+            ax.scatter(x, p["tflops"], color=COLORS.get(kind, "gray"), marker=MARKERS.get(kind, "o"),
+                       s=50 if kind in ("torch", "cub") else 25, zorder=3, label=None if kind in seen else kind)
+            seen.add(kind)
+            ax.annotate(p["label"].split("/", 1)[1], (x, p["tflops"]), fontsize=5.5, rotation=90,
+                        xytext=(0, -4), textcoords="offset points", ha="center", va="top")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (flop / minimal DRAM byte)")
+    ax.set_ylim(bottom=0.02)
+    ax.set_xlabel("arithmetic intensity (flop / minimal DRAM byte); points fanned out around each op's value")
     ax.set_ylabel("achieved TFLOP/s")
     ax.set_title(f"{hardware['facts']['name']}: roofline of measured ceilings, every step (fp32 headline)")
     ax.grid(True, which="both", alpha=0.3)

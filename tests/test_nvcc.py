@@ -35,3 +35,61 @@ def test_steps_header_lists_every_cuda_step():
     header = cuda_build.steps_header()
     assert "X(vector_add, 01_naive)" in header
     assert header.count("X(") == len([v for v in __import__("rosetta").variants(backend="cuda")])
+
+
+CUOBJDUMP = None
+try:
+    import triton
+
+    _bin = __import__("pathlib").Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    CUOBJDUMP = str(_bin) if _bin.exists() else shutil.which("cuobjdump")
+except ImportError:
+    CUOBJDUMP = shutil.which("cuobjdump")
+
+
+def sass_opcodes(cubin, kernel_substring):
+    """The opcode sequence of the first kernel whose mangled name contains kernel_substring."""
+    dump = subprocess.run([CUOBJDUMP, "--dump-sass", str(cubin)], capture_output=True, text=True).stdout
+    opcodes, inside = [], False
+    for line in dump.splitlines():
+        if "Function :" in line:
+            if inside:
+                break
+            inside = kernel_substring in line
+        elif inside:
+            match = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)
+            if match:
+                opcodes.append(match.group(1))
+    return opcodes
+
+
+# Steps whose header claims an instruction pattern: (file, kernel, what must appear in the SASS).
+SASS_CLAIMS = [
+    # "issues all eight LDG.E.128 before the first FADD" (fp32 instantiation)
+    ("reduce_sum/10_deep_loads.cu", "IfE", lambda ops: "LDG.E.128 " * 8 in " ".join(
+        o for o in ops if o.startswith(("LDG", "FADD"))) + " "),
+    # 128-bit loads and stores
+    ("vector_add/03_vectorized.cu", "IfE", lambda ops: "LDG.E.128.CONSTANT" in ops and "STG.E.128" in ops),
+    ("vector_add/04_unrolled_blocks.cu", "IfE", lambda ops: ops.count("LDG.E.128.CONSTANT") >= 8),
+    # the shuffle tree
+    ("reduce_sum/08_warp_shuffle.cu", "IfE", lambda ops: "SHFL.DOWN" in ops),
+]
+
+
+@pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="nvcc or cuobjdump not available")
+@pytest.mark.parametrize("source,kernel,claim", SASS_CLAIMS, ids=[c[0] for c in SASS_CLAIMS])
+def test_sass_claims(tmp_path, source, kernel, claim):
+    cubin, _ = compile_cu(cuda_build.CUDA_DIR / source, tmp_path)
+    ops = sass_opcodes(cubin, kernel)
+    assert ops, f"no kernel matching {kernel!r} in {source}"
+    assert claim(ops), f"{source}: SASS does not show what the header claims:\n{' '.join(ops[:200])}"
+
+
+def test_survey_fma_kernel_is_ffma(tmp_path):
+    """The FP32 peak microbenchmark must run FFMA: 16 x 8 of them in its loop body."""
+    if NVCC is None or CUOBJDUMP is None:
+        pytest.skip("nvcc or cuobjdump not available")
+    from rosetta.survey import measure
+
+    cubin, _ = compile_cu(measure.KERNELS, tmp_path)
+    assert sass_opcodes(cubin, "fma_chains").count("FFMA") >= 128
