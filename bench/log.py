@@ -4,6 +4,8 @@
 hand-written text is never touched, and regenerating from the same data changes nothing."""
 from __future__ import annotations
 
+import re
+
 import rosetta
 from rosetta.ops import SPECS
 from rosetta.registry import REPO
@@ -71,16 +73,32 @@ def skeleton_step(v) -> str:
 def ensure_sections(text: str) -> str:
     """Append a section for every op and step that has none yet (placeholders for the prose)."""
     present = set(markers.names(text))
-    for op in rosetta.OPS:
+    for op in rosetta.ops_with_steps():
         ladder = rosetta.variants(op)
-        if not ladder:
-            continue
         if f"{op}/summary" not in present:
             text = text.rstrip() + f"\n\n## {op}\n\n{markers.block(f'{op}/summary', '')}\n"
         for v in ladder:
             if v.label not in present:
                 text = _insert_in_op(text, op, skeleton_step(v))
     return text
+
+
+def _op_span(text: str, op: str) -> tuple[int, int]:
+    start = text.index(f"\n## {op}\n")
+    end = text.find("\n## ", start + 1)
+    return start, len(text) if end == -1 else end
+
+
+def order_steps(text: str, op: str) -> str:
+    """Put the op's step sections in registry order, each carrying its hand-written prose along
+    (a step added later, e.g. CUDA step 4 after the Triton steps existed, moves into place)."""
+    start, end = _op_span(text, op)
+    head, *chunks = re.split(r"(?m)^(?=### )", text[start:end])
+    by_label = {chunk.split()[1]: chunk.strip() for chunk in chunks}
+    ordered = [by_label.pop(v.label) for v in rosetta.variants(op) if v.label in by_label]
+    ordered += by_label.values()  # sections of removed steps stay, at the end, for a human to cut
+    body = head.rstrip() + "\n\n" + "\n\n".join(ordered) + "\n"
+    return text[:start] + body + ("\n" + text[end:].lstrip("\n") if end < len(text) else "")
 
 
 def _insert_in_op(text: str, op: str, section: str) -> str:
@@ -97,11 +115,11 @@ def update(folder) -> bool:
     ncu_rows = ncu.read_table(folder / "ncu.csv")
     original = LOG.read_text() if LOG.exists() else "# KERNEL_LOG\n"
     text = ensure_sections(original)
-    for op in rosetta.OPS:
-        if rosetta.variants(op):
-            text = markers.replace(text, f"{op}/summary", op_block(op, rows, ncu_rows, folder))
-            for v in rosetta.variants(op):
-                text = markers.replace(text, v.label, step_block(v, rows, ncu_rows))
+    for op in rosetta.ops_with_steps():
+        text = order_steps(text, op)
+        text = markers.replace(text, f"{op}/summary", op_block(op, rows, ncu_rows, folder))
+        for v in rosetta.variants(op):
+            text = markers.replace(text, v.label, step_block(v, rows, ncu_rows))
     if text != original:
         LOG.write_text(text)
     return text != original
