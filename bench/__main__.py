@@ -77,7 +77,10 @@ def gpu_main(args) -> int:
     results.write_rows(csv_path, rows, replace_all=full)
     env.update(timing_method=suite.TIMING_METHOD, ceiling_source=limits["source"],
                bench_wall_s=round(time.monotonic() - start, 1))
-    results.write_environment(out_dir / "environment.json", env)
+    # keep what `make profile` recorded (its own git sha, ncu version, wall time)
+    previous = results.read_environment(out_dir / "environment.json")
+    results.write_environment(out_dir / "environment.json",
+                              {**{k: v for k, v in previous.items() if k.startswith(("profile_", "ncu"))}, **env})
     if not args.quick:
         report.regenerate()  # plots (with the roofline) and the README/KERNEL_LOG tables
     for op in ops:

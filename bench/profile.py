@@ -127,6 +127,7 @@ def main(argv=None) -> int:
         csv.writer(f).writerows(raw_rows)
     env = results.read_environment(out_dir / "environment.json")
     env["profile_wall_s"] = round(time.monotonic() - start, 1)
+    env["profile_git_sha"] = environment.git_sha()
     env["ncu"] = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
     results.write_environment(out_dir / "environment.json", env)
     report.regenerate()

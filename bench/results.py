@@ -8,7 +8,7 @@ from pathlib import Path
 
 COLUMNS = [
     "op", "backend", "step", "name", "label", "dtype", "shape", "numel", "role", "status",
-    "rel_error", "p50_ms", "p20_ms", "p80_ms", "throughput", "metric", "pct_of_ceiling",
+    "rel_error", "p50_ms", "p20_ms", "p80_ms", "timing", "throughput", "metric", "pct_of_ceiling",
     "speedup_vs_torch", "device_nloc", "device_tokens", "host_nloc", "git_sha",
 ]
 KEY = ("label", "dtype", "shape")
