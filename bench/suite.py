@@ -14,13 +14,12 @@ from rosetta.ops import SPECS
 from . import lines, nvtx
 from .tiers import Tier, runner, tiers
 
-GRAPH_BELOW_MS = 0.1
-TIMING_METHOD = ("triton.testing.do_bench: CUDA events around each call with a 256 MB L2 flush "
-                 "before every call; median and p20/p80; warm-up, JIT and autotuning run before "
-                 "timing; outputs preallocated (torch.compile allocates its own from the caching "
-                 f"allocator). Calls under {GRAPH_BELOW_MS * 1e3:.0f} us are re-timed as a CUDA-graph "
-                 "replay (timing = graph): the event pair also catches the host's Python launch path "
-                 "when it outlasts the flush, which would swamp a few-microsecond kernel")
+TIMING_METHOD = ("one call captured as a CUDA graph, its replay timed by triton.testing.do_bench: "
+                 "CUDA events around each replay, a 256 MB L2 flush before every replay; median and "
+                 "p20/p80; warm-up, JIT and autotuning run before capture; outputs preallocated "
+                 "(torch.compile allocates its own, from the graph's pool). The graph keeps the host's "
+                 "Python launch path (tens of us for an autotuned Triton launch) out of the time; a "
+                 "step that cannot be captured is timed per call (timing = events)")
 
 
 @dataclass(frozen=True)
@@ -68,18 +67,15 @@ class Progress:
 
 
 def measure(fn) -> tuple[float, float, float, str]:
-    """(p50, p20, p80 in ms, how): events per call, or a graph replay for short calls."""
+    """(p50, p20, p80 in ms, how): the replay of a one-call CUDA graph, else events per call."""
     from triton.testing import do_bench
 
-    p50, p20, p80 = do_bench(fn, warmup=25, rep=100, quantiles=[0.5, 0.2, 0.8])
-    if p50 >= GRAPH_BELOW_MS:
-        return p50, p20, p80, "events"
     try:
-        graph = capture(fn)
-    except Exception as exc:  # some launch path cannot be captured: keep the event timing
-        return p50, p20, p80, f"events (graph capture failed: {type(exc).__name__})"
-    p50, p20, p80 = do_bench(graph.replay, warmup=25, rep=100, quantiles=[0.5, 0.2, 0.8])
-    return p50, p20, p80, "graph"
+        replay, how = capture(fn).replay, "graph"
+    except Exception as exc:  # some launch path cannot be captured: time it call by call
+        replay, how = fn, f"events (graph capture failed: {type(exc).__name__})"
+    p50, p20, p80 = do_bench(replay, warmup=25, rep=100, quantiles=[0.5, 0.2, 0.8])
+    return p50, p20, p80, how
 
 
 def capture(fn) -> torch.cuda.CUDAGraph:
