@@ -18,8 +18,8 @@ PLACEHOLDER = "_not written yet_"
 
 def step_block(v, rows, ncu_rows) -> str:
     h = v.header
-    text = [f"*Changed:* {h.changed}", f"*Why:* {h.why}", f"*Still:* {h.still}", f"*Limits:* {h.limits}",
-            f"*Source:* [`{v.source}`]({v.source})", ""]
+    text = [f"- **Changed:** {h.changed}", f"- **Why:** {h.why}", f"- **Still:** {h.still}",
+            f"- **Limits:** {h.limits}", f"- **Source:** [`{v.source}`]({v.source})", ""]
     dtype_order = [str(d).removeprefix("torch.") for d in SPECS[v.op].dtypes]
     mine = sorted((r for r in rows if r["label"] == v.label and r["role"] == "headline"),
                   key=lambda r: dtype_order.index(r["dtype"]))

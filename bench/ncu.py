@@ -138,10 +138,14 @@ def step_table(ncu_rows: list[dict], v) -> str:
     if not mine:
         return ""
     prev = by_label.get(rosetta.variants(v.op, v.backend)[v.step - 2].label) if v.step > 1 else None
+    from rosetta.ops import SPECS
+
+    spec = SPECS[v.op]  # ncu profiles the headline shape in the first dtype
+    minimal = spec.minimal_bytes(spec.headline, spec.dtypes[0])
     cols = [c for c in SHORT if mine.get(c[1]) is not None]
-    head = "| ncu | kernels | " + " | ".join(c[0] for c in cols) + " |"
-    sep = "|---|--:|" + "--:|" * len(cols)
-    cells = [fmt(mine[m]) for _, m, fmt in cols]
+    head = "| ncu | kernels | " + " | ".join(c[0] for c in cols) + " | DRAM bytes / minimal |"
+    sep = "|---|--:|" + "--:|" * (len(cols) + 1)
+    cells = [fmt(mine[m]) for _, m, fmt in cols] + [f"{mine['dram_bytes'] / minimal:.3f}"]
     lines = [head, sep, f"| this step | {mine['kernels']} | " + " | ".join(cells) + " |"]
     if prev:
         deltas = []
@@ -149,6 +153,7 @@ def step_table(ncu_rows: list[dict], v) -> str:
             a, b = mine.get(m), prev.get(m)
             deltas.append("" if a is None or b is None else
                           (f"{a - b:+.1f}" if m.endswith("pct") or "pct_of" in m else _ratio(a, b)))
+        deltas.append("")
         lines.append(f"| Δ vs step {v.step - 1} | {mine['kernels'] - prev['kernels']:+d} | " + " | ".join(deltas) + " |")
     return "\n".join(lines)
 
