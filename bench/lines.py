@@ -26,28 +26,38 @@ class LineCount:
     host_tokens: int
 
 
-def _is_device(func, lines: list[str], suffix: str, floor: int) -> bool:
-    """Look at the declaration above the function name (back to the previous function's end)."""
-    start = func.start_line - 1
-    prefix = lines[max(floor, start - 4):start + 1]
-    if suffix == ".py":  # the decorators directly above `def`
-        prefix = []
-        i = start - 1
-        while i >= 0 and lines[i].lstrip().startswith("@"):
-            prefix.append(lines[i])
-            i -= 1
-    return any(DEVICE_MARK[suffix].search(line) for line in prefix)
+def _preamble(func, lines: list[str], suffix: str, floor: int) -> list[str]:
+    """Code lines above lizard's span (which starts at the function's name) that belong to the
+    declaration: decorators in Python; `template <...>` and `__global__ ...` lines in CUDA."""
+    found, i = [], func.start_line - 2
+    while i >= floor:
+        text = lines[i].strip()
+        if suffix == ".py":
+            keep = text.startswith("@")
+        else:
+            keep = bool(text) and not text.startswith(("//", "#", "}")) and not text.endswith((";", "}", "*/"))
+        if not keep:
+            break
+        found.append(lines[i])
+        i -= 1
+    return found
+
+
+def _is_device(func, lines: list[str], suffix: str, preamble: list[str]) -> bool:
+    """Python: a @triton.jit decorator. CUDA: __global__/__device__ in the declaration."""
+    head = preamble + lines[func.start_line - 1:func.start_line]
+    return any(DEVICE_MARK[suffix].search(line) for line in head)
 
 
 def count(path: Path) -> LineCount:
     text = path.read_text()
     info = lizard.analyze_file.analyze_source_code(str(path), text)
     lines = text.splitlines()
-    device_nloc = device_tokens = 0
-    floor = 0
+    device_nloc = device_tokens = floor = 0
     for func in info.function_list:
-        if _is_device(func, lines, path.suffix, floor):
-            device_nloc += func.nloc
+        preamble = _preamble(func, lines, path.suffix, floor)
+        if _is_device(func, lines, path.suffix, preamble):
+            device_nloc += func.nloc + len(preamble)
             device_tokens += func.token_count
         floor = func.end_line
     return LineCount(device_nloc, device_tokens, info.nloc - device_nloc, info.token_count - device_tokens)

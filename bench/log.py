@@ -58,7 +58,7 @@ def op_block(op, rows, ncu_rows, folder) -> str:
     for dtype in SPECS[op].dtypes:
         name = str(dtype).removeprefix("torch.")
         parts += [f"**{name}**, shape {'x'.join(map(str, SPECS[op].headline))}:", "", tables.ladder_table(rows, op, name)]
-    parts += ["Lines of code (lizard NLOC):", "", tables.lines_table(rows, op),
+    parts += ["Lines of code (lizard NLOC):", "", tables.lines_table(op),
               f"![{op} ladder]({rel}/plots/{op}_ladder.png)", f"![{op} sweep]({rel}/plots/{op}_sweep.png)"]
     if ncu_rows:
         parts.append(f"![{op} ncu]({rel}/plots/{op}_ncu.png)")

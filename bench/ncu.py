@@ -35,7 +35,7 @@ SUMMED = {"gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.s
 MAXED = {"launch__registers_per_thread", "launch__shared_mem_per_block_static",
          "launch__shared_mem_per_block_dynamic"}
 UNIT_SCALE = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1, "usecond": 1e3,
-              "msecond": 1e6, "second": 1e9}
+              "msecond": 1e6, "second": 1e9, "ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}
 # Short names for tables: (column title, metric, format)
 SHORT = [
     ("time (us)", "gpu__time_duration.sum", lambda v: f"{v / 1e3:.1f}"),
@@ -72,7 +72,10 @@ def parse_raw(text: str) -> list[dict]:
     table = csv_rows(text)
     if len(table) < 2:
         return []
-    header, units, data = table[0], table[1], table[2:]
+    return kernel_rows(table[0], table[1], table[2:])
+
+
+def kernel_rows(header: list[str], units: list[str], data: list[list[str]]) -> list[dict]:
     kernels = []
     for values in data:
         row = {"Kernel Name": values[header.index("Kernel Name")] if "Kernel Name" in header else ""}
@@ -82,6 +85,21 @@ def parse_raw(text: str) -> list[dict]:
                 row[col] = None if v is None else v * UNIT_SCALE.get(unit.strip(), 1)
         kernels.append(row)
     return kernels
+
+
+def read_raw(path: Path) -> dict[str, list[dict]]:
+    """The committed ncu_raw.csv (every step's raw CSV, each row led by its label) -> kernels per
+    step label, parsed as parse_raw does."""
+    with path.open() as f:
+        rows = list(csv.reader(f))
+    steps: dict[str, list[dict]] = {}
+    header = units = None
+    for i, row in enumerate(rows):
+        if row[0] == "rosetta_label":
+            header, units = row[1:], rows[i + 1][1:]
+        elif row[0] and header:
+            steps.setdefault(row[0], []).extend(kernel_rows(header, units, [row[1:]]))
+    return steps
 
 
 def combine(label: str, kernels: list[dict]) -> dict:

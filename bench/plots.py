@@ -14,17 +14,23 @@ from .tiers import REFERENCE_BACKENDS  # noqa: E402
 COLORS = {"cuda": "tab:green", "triton": "tab:blue", "torch": "black", "cub": "tab:purple"}
 
 
-def sweep_plot(rows: list[dict], op: str, dtype: str, path: Path, ceiling: float | None = None) -> Path | None:
-    """Throughput vs size: one line per step (colour by backend), torch tiers dashed."""
-    chosen = [r for r in rows if r["op"] == op and r["dtype"] == dtype and r["status"] == "ok"]
-    if not chosen:
-        return None
+def sweep_series(rows: list[dict], op: str, dtype: str) -> dict[str, list[tuple]]:
+    """label -> [(numel, throughput, backend), ...] sorted by size, in teaching order."""
     series = {}
-    for r in sorted(chosen, key=order_key):
-        series.setdefault(r["label"], []).append((r["numel"], r["throughput"], r["backend"]))
+    for r in sorted(rows, key=order_key):
+        if r["op"] == op and r["dtype"] == dtype and r["status"] == "ok":
+            series.setdefault(r["label"], []).append((r["numel"], r["throughput"], r["backend"]))
+    return {label: sorted(points) for label, points in series.items()}
+
+
+def sweep_plot(rows: list[dict], op: str, dtype: str, path: Path, ceiling: float | None = None) -> Path | None:
+    """Throughput vs size: one line per step (colour by backend), reference tiers dashed."""
+    series = sweep_series(rows, op, dtype)
+    if not series:
+        return None
+    metric = next(r["metric"] for r in rows if r["op"] == op)
     fig, ax = plt.subplots(figsize=(8, 5))
     for label, points in series.items():
-        points.sort()
         backend = points[0][2]
         reference = backend in REFERENCE_BACKENDS
         shade = 1.0 if reference else 0.35 + 0.65 * int(label.rsplit("/", 1)[1][:2]) / len(series)
@@ -37,7 +43,7 @@ def sweep_plot(rows: list[dict], op: str, dtype: str, path: Path, ceiling: float
         ax.axhline(ceiling, color="tab:red", linewidth=1, label=f"measured ceiling ({ceiling:.0f})")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("elements")
-    ax.set_ylabel(chosen[0]["metric"])
+    ax.set_ylabel(metric)
     ax.set_title(f"{op} ({dtype}): throughput vs size")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")

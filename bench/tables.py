@@ -38,19 +38,22 @@ def ladder_table(rows: list[dict], op: str, dtype: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def lines_table(rows: list[dict], op: str) -> str:
-    """Device and host NLOC per step, and the per-op Triton-vs-CUDA summary."""
-    seen, out = {}, ["| step | device NLOC | device tokens | host NLOC |", "|---|--:|--:|--:|"]
-    for r in sorted((r for r in rows if r["op"] == op and r["backend"] not in REFERENCE_BACKENDS), key=order_key):
-        if r["label"] in seen or r["device_nloc"] is None:
-            continue
-        seen[r["label"]] = r
-        out.append(f"| {r['label'].split('/', 1)[1]} | {r['device_nloc']} | {r['device_tokens']} | {r['host_nloc']} |")
+def lines_table(op: str) -> str:
+    """Device and host NLOC per step (counted from the sources now) and the Triton-vs-CUDA totals."""
+    import rosetta
+
+    from . import lines
+
+    out = ["| step | device NLOC | device tokens | host NLOC |", "|---|--:|--:|--:|"]
     totals = {}
-    for r in seen.values():
-        t = totals.setdefault(r["backend"], [0, 0, 0])
-        t[0], t[1], t[2] = t[0] + r["device_nloc"], t[1] + r["device_tokens"], t[2] + r["host_nloc"]
-    for backend, (nloc, tokens, host) in totals.items():
-        steps = sum(1 for r in seen.values() if r["backend"] == backend)
+    for v in rosetta.variants(op):
+        c = lines.count(rosetta.registry.REPO / v.source)
+        out.append(f"| {v.label.split('/', 1)[1]} | {c.device_nloc} | {c.device_tokens} | {c.host_nloc} |")
+        t = totals.setdefault(v.backend, [0, 0, 0, 0])
+        t[0], t[1], t[2], t[3] = t[0] + 1, t[1] + c.device_nloc, t[2] + c.device_tokens, t[3] + c.host_nloc
+    for backend, (steps, nloc, tokens, host) in totals.items():
         out.append(f"| **{backend} total ({steps} steps)** | {nloc} | {tokens} | {host} |")
+    if {"cuda", "triton"} <= set(totals):
+        ratio = totals["triton"][1] / totals["triton"][0] / (totals["cuda"][1] / totals["cuda"][0])
+        out.append(f"\nTriton vs CUDA: {ratio:.2f}x the device lines per step.")
     return "\n".join(out) + "\n"

@@ -1,0 +1,204 @@
+"""The harness on recorded H100 data (tests/fixtures: a real bench.csv, the raw ncu CSV of every
+step, a real hardware.json): ncu parsing, tables, KERNEL_LOG generation, plots, line counts."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+import rosetta
+from rosetta.bench import lines, log, markers, ncu, plots, report, results, tables
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return results.read_rows(FIXTURES / "bench.csv")
+
+
+@pytest.fixture(scope="module")
+def raw_steps():
+    return ncu.read_raw(FIXTURES / "ncu_raw.csv")
+
+
+# ---- ncu ---------------------------------------------------------------------------------------
+
+def test_ncu_number_strips_thousands_separators():
+    assert ncu.number("2,147,501,056") == 2147501056.0
+    assert ncu.number("91.14") == 91.14
+    assert ncu.number("n/a") is None and ncu.number("") is None
+
+
+def test_ncu_parse_raw_units_row_and_chatter():
+    text = ('==PROF== Connected to process 1\n"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum"\n'
+            '"","","us","Mbyte"\n"0","k","1,234.5","2,048"\n==PROF== Disconnected\n')
+    (kernel,) = ncu.parse_raw(text)
+    assert kernel["gpu__time_duration.sum"] == pytest.approx(1234.5e3)  # us -> ns
+    assert kernel["dram__bytes_read.sum"] == 2048e6  # Mbyte -> byte
+
+
+def test_ncu_raw_file_has_every_profiled_step(raw_steps):
+    labels = {s.label for op in rosetta.ops_with_steps() for s in __import__("rosetta.bench.suite").bench.suite.subjects(op)}
+    assert labels <= set(raw_steps), sorted(labels - set(raw_steps))
+
+
+def test_ncu_single_kernel_step(raw_steps):
+    row = ncu.combine("vector_add/cuda/04_unrolled_blocks", raw_steps["vector_add/cuda/04_unrolled_blocks"])
+    assert row["kernels"] == 1
+    assert row["dram__bytes_read.sum"] == 2147504384.0  # 2 x 2^30 (+ a few KB)
+    assert row["launch__registers_per_thread"] == 32.0
+    # the minimal-bytes check of the harness issue: ncu's DRAM bytes within 15% of 3 x 4 x 2^28
+    spec = rosetta.ops.SPECS["vector_add"]
+    minimal = spec.minimal_bytes(spec.headline, spec.dtypes[0])
+    assert abs(row["dram_bytes"] / minimal - 1) < 0.15
+
+
+def test_ncu_multi_kernel_step_sums_time_and_weights_percentages(raw_steps):
+    kernels = raw_steps["reduce_sum/cuda/01_interleaved_divergent"]
+    row = ncu.combine("reduce_sum/cuda/01_interleaved_divergent", kernels)
+    assert row["kernels"] == 4  # 2^28 -> 2^20 -> 2^12 -> 16 -> 1
+    assert row["gpu__time_duration.sum"] == sum(k["gpu__time_duration.sum"] for k in kernels) == 1182240.0
+    pct = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+    assert min(k[pct] for k in kernels) <= row[pct] <= max(k[pct] for k in kernels)
+
+
+def test_ncu_table_roundtrip(tmp_path, raw_steps):
+    table = [ncu.combine(label, kernels) for label, kernels in raw_steps.items()]
+    ncu.write_table(tmp_path / "ncu.csv", table)
+    back = {r["label"]: r for r in ncu.read_table(tmp_path / "ncu.csv")}
+    assert back["reduce_sum/triton/02_atomic"]["kernels"] == 2  # the zero-fill and the atomic kernel
+    assert back["vector_add/cuda/01_naive"]["dram__bytes_read.sum"] == table[2]["dram__bytes_read.sum"]
+
+
+# ---- tables ------------------------------------------------------------------------------------
+
+def test_ladder_table_in_teaching_order(rows):
+    table = tables.ladder_table(rows, "reduce_sum", "float32")
+    names = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
+    assert names[:3] == ["torch/eager", "torch/compile", "cub/device_reduce"]
+    assert names[3:] == [v.label.split("/", 1)[1] for v in rosetta.variants("reduce_sum")]
+    eager = next(line for line in table.splitlines() if line.startswith("| torch/eager"))
+    assert "| 1.000x |" in eager
+
+
+def test_ladder_table_delta_is_against_previous_step(rows):
+    table = tables.ladder_table(rows, "vector_add", "float32")
+    by_name = {r["label"]: r for r in rows if r["role"] == "headline" and r["dtype"] == "float32"}
+    s1, s2 = by_name["vector_add/cuda/01_naive"], by_name["vector_add/cuda/02_grid_stride"]
+    expected = f"{s2['throughput'] / s1['throughput'] - 1:+.1%}"
+    assert expected in next(line for line in table.splitlines() if "cuda/02_grid_stride" in line)
+
+
+def test_wrong_step_is_reported_not_timed(rows):
+    broken = [dict(r) for r in rows]
+    for r in broken:
+        if r["label"] == "vector_add/cuda/02_grid_stride":
+            r.update(status="wrong", p50_ms=None, throughput=None)
+    line = next(l for l in tables.ladder_table(broken, "vector_add", "float32").splitlines() if "02_grid" in l)
+    assert "| wrong |" in line
+
+
+# ---- KERNEL_LOG --------------------------------------------------------------------------------
+
+@pytest.fixture
+def log_env(tmp_path, monkeypatch):
+    """A results folder inside the repo tree (the log links to it) and a scratch KERNEL_LOG."""
+    folder = rosetta.registry.REPO / "results" / "_test_fixture_gpu"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(FIXTURES / "bench.csv", folder / "bench.csv")
+    table = [ncu.combine(k, v) for k, v in ncu.read_raw(FIXTURES / "ncu_raw.csv").items()]
+    ncu.write_table(folder / "ncu.csv", table)
+    kernel_log = tmp_path / "KERNEL_LOG.md"
+    monkeypatch.setattr(log, "LOG", kernel_log)
+    yield folder, kernel_log
+    shutil.rmtree(folder)
+
+
+def test_log_generation_is_idempotent_and_keeps_prose(log_env):
+    folder, kernel_log = log_env
+    kernel_log.write_text("# KERNEL_LOG\n\nHand-written intro.\n")
+    assert log.update(folder)
+    text = kernel_log.read_text()
+    assert "Hand-written intro." in text
+    assert text.count(log.PLACEHOLDER) == 2 * len(rosetta.variants())  # a prediction and a lesson each
+    mine = text.replace(f"**Lesson.** {log.PLACEHOLDER}", "**Lesson.** Measured, then understood.", 1)
+    kernel_log.write_text(mine)
+    assert not log.update(folder)  # same data: nothing changes
+    assert kernel_log.read_text() == mine
+
+
+def test_log_orders_steps_and_fills_tables(log_env):
+    folder, kernel_log = log_env
+    kernel_log.write_text("# KERNEL_LOG\n")
+    log.update(folder)
+    text = kernel_log.read_text()
+    positions = [text.index(f"### {v.label} ") for v in rosetta.variants()]
+    assert positions == sorted(positions)
+    block = text[text.index(markers.begin("vector_add/cuda/04_unrolled_blocks")):]
+    assert "| float32 |" in block and "| Δ vs step 3 |" in block and "DRAM bytes / minimal" in block
+
+
+def test_order_steps_moves_a_late_step_with_its_prose():
+    v3, v4 = rosetta.variants("vector_add", "cuda")[2:4]
+    t1 = rosetta.variants("vector_add", "triton")[0]
+    text = (f"# L\n\n## vector_add\n\nintro\n\n### {v3.label} — a\n\nprose 3\n\n"
+            f"### {t1.label} — c\n\nprose t1\n\n### {v4.label} — b\n\nprose 4\n")
+    ordered = log.order_steps(text, "vector_add")
+    assert ordered.index("prose 3") < ordered.index("prose 4") < ordered.index("prose t1")
+    assert log.order_steps(ordered, "vector_add") == ordered
+
+
+def test_markers_replace_only_between_pairs():
+    text = f"before\n{markers.block('x', 'old')}\nafter\n"
+    new = markers.replace(text, "x", "new")
+    assert new == f"before\n{markers.block('x', 'new')}\nafter\n"
+    with pytest.raises(KeyError):
+        markers.replace(text, "missing", "y")
+
+
+# ---- plots -------------------------------------------------------------------------------------
+
+def test_plots_have_expected_series(tmp_path, rows, raw_steps):
+    series = plots.sweep_series(rows, "vector_add", "float32")
+    expected = {s.label for s in __import__("rosetta.bench.suite").bench.suite.subjects("vector_add")}
+    assert set(series) == expected
+    assert all(len(points) == len(rosetta.ops.SPECS["vector_add"].sweep) for points in series.values())
+    made = [plots.sweep_plot(rows, "vector_add", "float32", tmp_path / "s.png", 2982.0),
+            plots.ladder_plot(rows, "reduce_sum", "float32", tmp_path / "l.png", 2957.0),
+            plots.ncu_plot([ncu.combine(k, v) for k, v in raw_steps.items()], "reduce_sum",
+                           "dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM %", tmp_path / "n.png")]
+    for path in made:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_readme_blocks_from_results(rows):
+    folder = rosetta.registry.REPO / "results" / "nvidia-h100-80gb-hbm3"
+    if not (folder / "bench.csv").exists():
+        pytest.skip("no committed H100 results")
+    blocks = report.readme_blocks(folder)
+    assert {"vector_add/table", "reduce_sum/table"} <= set(blocks)
+    assert "| torch/eager |" in blocks["vector_add/table"]
+
+
+# ---- line counts -------------------------------------------------------------------------------
+
+def test_line_count_cuda_known_file(tmp_path):
+    src = tmp_path / "01_known.cu"
+    src.write_text(
+        "// a comment\n#include <x>\n\n"
+        "__device__ float twice(float v) {\n  return 2 * v;  // why\n}\n\n"
+        "template <typename T>\n__global__ void k(T* p, int n) {\n  int i = threadIdx.x;\n"
+        "  if (i < n) p[i] = twice(p[i]);\n}\n\n"
+        "void launch(float* p, int n) {\n  k<<<1, 32>>>(p, n);\n}\n")
+    c = lines.count(src)
+    assert (c.device_nloc, c.host_nloc) == (3 + 5, 1 + 3)  # twice + (template) k; #include + launch
+
+
+def test_line_count_triton_known_file(tmp_path):
+    src = tmp_path / "01_known.py"
+    src.write_text(
+        '"""Docstring: not code."""\nimport triton\n\n\n@triton.jit\ndef kernel(x_ptr, n):\n'
+        "    # comment\n    pid = tl.program_id(0)\n    tl.store(x_ptr + pid, pid)\n\n\n"
+        "def launch(x):\n    kernel[(1,)](x, 1)\n")
+    c = lines.count(src)
+    assert (c.device_nloc, c.host_nloc) == (4, 3)  # decorator + def + 2 statements; import + launch
