@@ -14,6 +14,14 @@ from .tiers import REFERENCE_BACKENDS  # noqa: E402
 COLORS = {"cuda": "tab:green", "triton": "tab:blue", "torch": "black", "cub": "tab:purple"}
 
 
+def save(fig, path: Path, dpi: int = 120) -> Path:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def sweep_series(rows: list[dict], op: str, dtype: str) -> dict[str, list[tuple]]:
     """label -> [(numel, throughput, backend), ...] sorted by size, in teaching order."""
     series = {}
@@ -47,11 +55,7 @@ def sweep_plot(rows: list[dict], op: str, dtype: str, path: Path, ceiling: float
     ax.set_title(f"{op} ({dtype}): throughput vs size")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def ladder_plot(rows: list[dict], op: str, dtype: str, path: Path, ceiling: float | None = None) -> Path | None:
@@ -78,11 +82,7 @@ def ladder_plot(rows: list[dict], op: str, dtype: str, path: Path, ceiling: floa
     ax.set_ylabel(steps[0]["metric"])
     ax.set_title(f"{op} ladder, {dtype}, shape {steps[0]['shape']}")
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def ncu_plot(ncu_rows: list[dict], op: str, metric: str, title: str, path: Path) -> Path | None:
@@ -98,8 +98,4 @@ def ncu_plot(ncu_rows: list[dict], op: str, metric: str, title: str, path: Path)
                   ha="right", fontsize=8)
     ax.set_ylabel(title)
     ax.set_title(f"{op}: {title} (Nsight Compute, one launch per step)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)

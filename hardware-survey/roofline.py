@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-COLORS = {"cuda": "tab:green", "triton": "tab:blue", "torch": "black", "cub": "tab:purple"}
+from rosetta.bench.plots import COLORS, plt, save
 MARKERS = {"cuda": "o", "triton": "s", "torch": "*", "cub": "P"}
 
 
@@ -93,8 +88,4 @@ def plot(hardware: dict, rows: list[dict], path: Path) -> Path:
         ax.set_ylabel("achieved TFLOP/s")
         ax.grid(True, which="both", alpha=0.3)
     whole.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=110)

@@ -63,3 +63,12 @@ def test_triton_on_cpu_without_interpreter_says_how(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         rosetta.vector_add(*two(), backend="triton")
+
+
+def test_reduce_sum_bad_input():
+    with pytest.raises(ValueError, match="reduce_sum/cuda/01_interleaved_divergent needs CUDA tensors"):
+        rosetta.reduce_sum(torch.randn(5), backend="cuda", step=1)
+    with pytest.raises(ValueError, match=r"supports dtypes .* got torch.int64"):
+        rosetta.reduce_sum(torch.arange(5), backend="cuda")
+    with pytest.raises(TypeError, match=r"takes 1 tensors \('x',\), got 2"):
+        rosetta.variants("reduce_sum", "cuda")[0](torch.randn(3), torch.randn(3))

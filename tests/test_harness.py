@@ -7,6 +7,7 @@ import pytest
 
 import rosetta
 from rosetta.bench import lines, log, markers, ncu, plots, report, results, tables
+from rosetta.bench.suite import subjects
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -38,7 +39,7 @@ def test_ncu_parse_raw_units_row_and_chatter():
 
 
 def test_ncu_raw_file_has_every_profiled_step(raw_steps):
-    labels = {s.label for op in rosetta.ops_with_steps() for s in __import__("rosetta.bench.suite").bench.suite.subjects(op)}
+    labels = {s.label for op in rosetta.ops_with_steps() for s in subjects(op)}
     assert labels <= set(raw_steps), sorted(labels - set(raw_steps))
 
 
@@ -160,7 +161,7 @@ def test_markers_replace_only_between_pairs():
 
 def test_plots_have_expected_series(tmp_path, rows, raw_steps):
     series = plots.sweep_series(rows, "vector_add", "float32")
-    expected = {s.label for s in __import__("rosetta.bench.suite").bench.suite.subjects("vector_add")}
+    expected = {s.label for s in subjects("vector_add")}
     assert set(series) == expected
     assert all(len(points) == len(rosetta.ops.SPECS["vector_add"].sweep) for points in series.values())
     made = [plots.sweep_plot(rows, "vector_add", "float32", tmp_path / "s.png", 2982.0),

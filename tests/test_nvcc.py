@@ -2,9 +2,11 @@
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
+import rosetta
 from rosetta import cuda_build
 
 CU_FILES = sorted(cuda_build.CUDA_DIR.rglob("*.cu"))
@@ -34,17 +36,18 @@ def test_compiles_without_spills(tmp_path, path):
 def test_steps_header_lists_every_cuda_step():
     header = cuda_build.steps_header()
     assert "X(vector_add, 01_naive)" in header
-    assert header.count("X(") == len([v for v in __import__("rosetta").variants(backend="cuda")])
+    assert header.count("X(") == len(rosetta.variants(backend="cuda"))
 
 
-CUOBJDUMP = None
-try:
+def _cuobjdump():
+    """The triton wheel ships cuobjdump (CI has nvcc but no CUDA toolkit binaries beside it)."""
     import triton
 
-    _bin = __import__("pathlib").Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    CUOBJDUMP = str(_bin) if _bin.exists() else shutil.which("cuobjdump")
-except ImportError:
-    CUOBJDUMP = shutil.which("cuobjdump")
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(bundled) if bundled.exists() else shutil.which("cuobjdump")
+
+
+CUOBJDUMP = _cuobjdump()
 
 
 def sass_opcodes(cubin, kernel_substring):
