@@ -167,10 +167,10 @@ def step_table(ncu_rows: list[dict], v) -> str:
     lines = [head, sep, f"| this step | {mine['kernels']} | " + " | ".join(cells) + " |"]
     if prev:
         deltas = []
-        for _, m, fmt in cols:
+        for _, m, _ in cols:
             a, b = mine.get(m), prev.get(m)
             deltas.append("" if a is None or b is None else
-                          (f"{a - b:+.1f}" if m.endswith("pct") or "pct_of" in m else _ratio(a, b)))
+                          (f"{a - b:+.1f}" if m.endswith("pct") or "pct_of" in m else _ratio(a, b)))  # points vs ratios
         deltas.append("")
         lines.append(f"| Δ vs step {v.step - 1} | {mine['kernels'] - prev['kernels']:+d} | " + " | ".join(deltas) + " |")
     return "\n".join(lines)

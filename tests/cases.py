@@ -1,5 +1,4 @@
 """Test shapes per op, each chosen to break something (the comment says what)."""
-import torch
 
 from rosetta.ops import SPECS
 

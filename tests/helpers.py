@@ -1,5 +1,4 @@
 """Checks shared by the CPU and GPU tests: fp64 reference, relative error, a useful message."""
-import torch
 
 from rosetta.ops import SPECS
 
