@@ -7,8 +7,9 @@
 
 namespace rosetta {
 
-// blocks_for(n): the grid a pass uses for n inputs. pass(in, dtype, n, dst, blocks): launch it,
-// writing one float per block to dst. Partials ping-pong between two regions of the workspace.
+// blocks_for(n): the grid a pass uses for n inputs. pass(in, n, dst, blocks): launch the step's
+// kernel on `in` (a typed pointer: the input's element type first, float after), writing one
+// float per block to dst. Partials ping-pong between two regions of the workspace.
 template <typename BlocksFor, typename Pass>
 cudaError_t reduce_in_passes(const ReduceSumArgs& a, cudaStream_t stream, BlocksFor blocks_for, Pass pass) {
   if (a.n == 0) return cudaMemsetAsync(a.out, 0, sizeof(float), stream);  // the empty sum
@@ -21,7 +22,9 @@ cudaError_t reduce_in_passes(const ReduceSumArgs& a, cudaStream_t stream, Blocks
   for (int which = 0;; which ^= 1) {
     const int64_t blocks = blocks_for(n);
     float* dst = blocks == 1 ? a.out : regions[which];
-    const cudaError_t err = pass(in, dtype, n, dst, blocks);
+    const cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+      pass(static_cast<const decltype(tag)*>(in), n, dst, blocks);
+    });
     if (err != cudaSuccess || blocks == 1) return err;
     in = dst;
     dtype = DType::f32;

@@ -33,11 +33,8 @@ __global__ void reduce_interleaved_divergent(const T* __restrict__ in, int64_t n
 
 cudaError_t reduce_sum_01_interleaved_divergent(const rosetta::ReduceSumArgs& a, cudaStream_t stream) {
   auto blocks_for = [](int64_t n) { return rosetta::ceil_div(n, kThreads); };
-  return rosetta::reduce_in_passes(a, stream, blocks_for,
-      [&](const void* in, rosetta::DType dtype, int64_t n, float* dst, int64_t blocks) {
-        return rosetta::dispatch_dtype(dtype, [&](auto tag) {
-          using T = decltype(tag);
-          reduce_interleaved_divergent<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(in), n, dst);
-        });
-      });
+  auto pass = [&](const auto* in, int64_t n, float* dst, int64_t blocks) {
+    reduce_interleaved_divergent<<<blocks, kThreads, 0, stream>>>(in, n, dst);  // T deduced from `in`
+  };
+  return rosetta::reduce_in_passes(a, stream, blocks_for, pass);
 }

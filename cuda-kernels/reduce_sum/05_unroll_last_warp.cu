@@ -55,11 +55,8 @@ __global__ void reduce_unroll_last_warp(const T* __restrict__ in, int64_t n, flo
 
 cudaError_t reduce_sum_05_unroll_last_warp(const rosetta::ReduceSumArgs& a, cudaStream_t stream) {
   auto blocks_for = [](int64_t n) { return rosetta::ceil_div(n, kPerBlock); };
-  return rosetta::reduce_in_passes(a, stream, blocks_for,
-      [&](const void* in, rosetta::DType dtype, int64_t n, float* dst, int64_t blocks) {
-        return rosetta::dispatch_dtype(dtype, [&](auto tag) {
-          using T = decltype(tag);
-          reduce_unroll_last_warp<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(in), n, dst);
-        });
-      });
+  auto pass = [&](const auto* in, int64_t n, float* dst, int64_t blocks) {
+    reduce_unroll_last_warp<<<blocks, kThreads, 0, stream>>>(in, n, dst);  // T deduced from `in`
+  };
+  return rosetta::reduce_in_passes(a, stream, blocks_for, pass);
 }

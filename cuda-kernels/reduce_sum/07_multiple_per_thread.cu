@@ -60,12 +60,8 @@ cudaError_t reduce_sum_07_multiple_per_thread(const rosetta::ReduceSumArgs& a, c
   auto blocks_for = [](int64_t n) {
     return std::min<int64_t>(rosetta::ceil_div(n, 4096), int64_t(kBlocksPerSm) * rosetta::sm_count());
   };
-  return rosetta::reduce_in_passes(a, stream, blocks_for,
-      [&](const void* in, rosetta::DType dtype, int64_t n, float* dst, int64_t blocks) {
-        return rosetta::dispatch_dtype(dtype, [&](auto tag) {
-          using T = decltype(tag);
-          reduce_multiple_per_thread<kThreads, T><<<blocks, kThreads, 0, stream>>>(
-              static_cast<const T*>(in), n, dst);
-        });
-      });
+  auto pass = [&](const auto* in, int64_t n, float* dst, int64_t blocks) {
+    reduce_multiple_per_thread<kThreads><<<blocks, kThreads, 0, stream>>>(in, n, dst);  // T deduced from `in`
+  };
+  return rosetta::reduce_in_passes(a, stream, blocks_for, pass);
 }

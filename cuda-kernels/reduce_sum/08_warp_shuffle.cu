@@ -88,11 +88,8 @@ cudaError_t reduce_sum_08_warp_shuffle(const rosetta::ReduceSumArgs& a, cudaStre
   auto blocks_for = [](int64_t n) {
     return std::min<int64_t>(rosetta::ceil_div(n, 4096), int64_t(kBlocksPerSm) * rosetta::sm_count());
   };
-  return rosetta::reduce_in_passes(a, stream, blocks_for,
-      [&](const void* in, rosetta::DType dtype, int64_t n, float* dst, int64_t blocks) {
-        return rosetta::dispatch_dtype(dtype, [&](auto tag) {
-          using T = decltype(tag);
-          reduce_warp_shuffle<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(in), n, dst);
-        });
-      });
+  auto pass = [&](const auto* in, int64_t n, float* dst, int64_t blocks) {
+    reduce_warp_shuffle<<<blocks, kThreads, 0, stream>>>(in, n, dst);  // T deduced from `in`
+  };
+  return rosetta::reduce_in_passes(a, stream, blocks_for, pass);
 }
