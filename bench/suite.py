@@ -11,7 +11,7 @@ import torch
 import rosetta
 from rosetta.ops import SPECS
 
-from . import lines, nvtx
+from . import lines, nvtx, results
 from .tiers import Tier, runner, tiers
 
 TIMING_METHOD = ("one call captured as a CUDA graph, its replay timed by triton.testing.do_bench: "
@@ -146,10 +146,10 @@ def run_group(group: Group, subjects_: list, gen, ceilings: dict, progress: Prog
 
 
 def base_row(subject, group: Group, dtype_name: str, sha: str) -> dict:
-    row = {"op": group.op, "backend": subject.backend, "step": subject.step, "name": subject.name,
-           "label": subject.label, "dtype": dtype_name, "shape": shape_str(group.shape),
-           "numel": math.prod(group.shape), "role": group.role, "metric": SPECS[group.op].metric,
-           "git_sha": sha}
+    row = dict.fromkeys(results.COLUMNS)  # every column present, measured or not
+    row.update(op=group.op, backend=subject.backend, step=subject.step, name=subject.name,
+               label=subject.label, dtype=dtype_name, shape=shape_str(group.shape),
+               numel=math.prod(group.shape), role=group.role, metric=SPECS[group.op].metric, git_sha=sha)
     if not isinstance(subject, Tier):
         count = lines.count(rosetta.registry.REPO / subject.source)
         row.update(device_nloc=count.device_nloc, device_tokens=count.device_tokens,

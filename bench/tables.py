@@ -33,7 +33,7 @@ def ladder_table(rows: list[dict], op: str, dtype: str) -> str:
         delta = f"{r['throughput'] / prev - 1:+.1%}" if prev and r["backend"] not in REFERENCE_BACKENDS else ""
         previous[r["backend"]] = r["throughput"]
         out.append(f"| {name} | {r['p50_ms'] * 1e3:.1f} | {r['throughput']:.0f} | "
-                   f"{_num(r['pct_of_ceiling'], '.1f')} | {_num(r['speedup_vs_torch'], '.3f')}x | "
+                   f"{_num(r['pct_of_ceiling'], '.1f')} | {_num(r['speedup_vs_torch'], '.3f')}{'x' if r['speedup_vs_torch'] else ''} | "
                    f"{delta} | {_num(r.get('rel_error'), '.1e')} |")
     return "\n".join(out) + "\n"
 
