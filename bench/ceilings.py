@@ -22,13 +22,14 @@ def load(results_dir) -> dict:
 
 def theoretical() -> dict:
     """Peak DRAM bandwidth from memory clock and bus width (CuPy reads both; torch does not)."""
+    from rosetta.survey.facts import dram_peak_gbps
+
     try:
         import cupy
 
         rt = cupy.cuda.runtime
-        mhz = rt.deviceGetAttribute(rt.cudaDevAttrMemoryClockRate, 0) / 1e3
-        bits = rt.deviceGetAttribute(rt.cudaDevAttrGlobalMemoryBusWidth, 0)
-        gbps = 2 * mhz * 1e6 * bits / 8 / 1e9  # double data rate
+        gbps = dram_peak_gbps(rt.deviceGetAttribute(rt.cudaDevAttrMemoryClockRate, 0) / 1e3,
+                              rt.deviceGetAttribute(rt.cudaDevAttrGlobalMemoryBusWidth, 0))
     except Exception:  # no CuPy: no bandwidth ceiling
         gbps = None
     return {"dram_copy": gbps, "dram_read": gbps, "fp32_fma": None, "tensor": {}}

@@ -5,6 +5,7 @@ Device code: the bodies of `__global__`/`__device__` functions (CUDA) and `@trit
 level). The shared binding (bindings/binding.cpp) is not attributed to any one step."""
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ def _is_device(func, lines: list[str], suffix: str, preamble: list[str]) -> bool
     return any(DEVICE_MARK[suffix].search(line) for line in head)
 
 
+@functools.cache  # per process: the bench asks once per measured row
 def count(path: Path) -> LineCount:
     text = path.read_text()
     info = lizard.analyze_file.analyze_source_code(str(path), text)

@@ -102,12 +102,9 @@ def order_steps(text: str, op: str) -> str:
 
 
 def _insert_in_op(text: str, op: str, section: str) -> str:
-    """Insert before the next `## ` heading after the op's heading, or at the end."""
-    start = text.index(f"\n## {op}\n")
-    nxt = text.find("\n## ", start + 1)
-    if nxt == -1:
-        return text.rstrip() + "\n\n" + section
-    return text[:nxt].rstrip() + "\n\n" + section + text[nxt:]
+    """Insert at the end of the op's section (before the next `## ` heading, or at the end)."""
+    _, end = _op_span(text, op)
+    return text[:end].rstrip() + "\n\n" + section + text[end:]
 
 
 def update(folder) -> bool:

@@ -59,7 +59,7 @@ def runner(subject, inputs, out):
             from rosetta import dispatch
 
             dispatch.ensure_loaded("cuda")
-            op = getattr(torch.ops.rosetta, f"{subject.op}_cub_out")
+            op = getattr(torch.ops.rosetta, f"{subject.op}_{subject.backend}_out")
             return lambda: (op(*inputs, out), out)[1]
         if subject.name == "eager":
             return lambda: (spec.torch_eager(*inputs, out), out)[1]

@@ -78,7 +78,8 @@ def ensure_loaded(backend: str) -> None:
 
         cuda_build.load()
         names = [(v.qualname, SPECS[v.op]) for v in variants(backend="cuda")]
-        names.append(("reduce_sum_cub", SPECS["reduce_sum"]))  # the CUB reference tier
+        # library reference tiers built into the same extension, e.g. reduce_sum_cub
+        names += [(f"{op}_{lib}", spec) for op, spec in SPECS.items() for lib in spec.tiers]
         for name, spec in names:
             torch.library.register_fake(f"rosetta::{name}")(spec.allocate)
             torch.library.register_fake(f"rosetta::{name}_out")(lambda *args: None)

@@ -7,12 +7,16 @@ import subprocess
 FP32_LANES_PER_SM = {9: 128, 8: 64}  # FP32 FMA units per SM by major compute capability (Hopper: 128)
 
 
+def dram_peak_gbps(memory_clock_mhz: float, bus_width_bits: int) -> float:
+    """Peak DRAM bandwidth: double data rate x clock x bus width."""
+    return 2 * memory_clock_mhz * 1e6 * bus_width_bits / 8 / 1e9
+
+
 def theoretical_peaks(facts: dict) -> dict:
     """{name: {"value", "unit", "formula"}} from clocks, bus width and SM count."""
-    mem_hz = facts["memory_clock_mhz"] * 1e6
-    dram = 2 * mem_hz * facts["memory_bus_width_bits"] / 8 / 1e9  # double data rate
+    dram = dram_peak_gbps(facts["memory_clock_mhz"], facts["memory_bus_width_bits"])
     lanes = FP32_LANES_PER_SM.get(int(facts["compute_capability"].split(".")[0]), 64)
-    fma = facts["sm_count"] * lanes * 2 * facts["max_sm_clock_mhz"] * 1e6 / 1e12
+    fma = fp32_peak_at(facts, facts["max_sm_clock_mhz"])
     return {
         "dram_gbps": {"value": dram, "unit": "GB/s",
                       "formula": f"2 (DDR) x {facts['memory_clock_mhz']} MHz x {facts['memory_bus_width_bits']} bit / 8"},
