@@ -4,10 +4,12 @@
 hand-written text is never touched, and regenerating from the same data changes nothing."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import re
 
 import rosetta
-from rosetta.ops import SPECS
 from rosetta.registry import REPO
 
 from . import markers, ncu, results, tables
@@ -18,24 +20,31 @@ PLACEHOLDER = "_not written yet_"
 
 def step_block(v, rows, ncu_rows) -> str:
     h = v.header
+    dtypes = ", ".join(str(d).removeprefix("torch.") for d in v.dtypes)
     text = [f"- **Changed:** {h.changed}", f"- **Why:** {h.why}", f"- **Still:** {h.still}",
-            f"- **Limits:** {h.limits}", f"- **Source:** [`{v.source}`]({v.source})", ""]
-    dtype_order = [str(d).removeprefix("torch.") for d in SPECS[v.op].dtypes]
+            f"- **Limits:** {h.limits}", f"- **Takes:** {dtypes}; layout `{v.layout}`"
+            + (f"; {', '.join(f'{q} <= {m:,}' for q, m in v.bounds)}" if v.bounds else "")]
+    if h.mirrors:
+        text.append(f"- **Mirrors:** {h.mirrors}")
+    text += [f"- **Source:** [`{v.source}`]({v.source})", ""]
+    order = {key[:3]: i for i, key in enumerate(tables.headlines(v.op))}
     mine = sorted((r for r in rows if r["label"] == v.label and r["role"] == "headline"),
-                  key=lambda r: dtype_order.index(r["dtype"]))
+                  key=lambda r: order.get((r["direction"], r["shape"], r["dtype"]), len(order)))
     if mine:
         metric = mine[0]["metric"]
-        text += [f"| dtype | time (us) | {metric} | % of ceiling | vs torch | Δ vs step {v.step - 1} |",
-                 "|---|--:|--:|--:|--:|--:|"]
+        text += [f"| direction | dtype | shape | time (us) | {metric} | % of ceiling | vs torch | Δ vs step {v.step - 1} |",
+                 "|---|---|---|--:|--:|--:|--:|--:|"]
         for r in mine:
+            where = f"| {r['direction']} | {r['dtype']} | {r['shape']} "
             if r["status"] != "ok":
-                text.append(f"| {r['dtype']} | {r['status']} | | | | |")
+                text.append(where + f"| {r['status']} | | | | |")
                 continue
             prev = _previous(v, rows, r)
             delta = f"{r['throughput'] / prev['throughput'] - 1:+.1%}" if prev and prev.get("throughput") else ""
             pct = f"{r['pct_of_ceiling']:.1f}" if r["pct_of_ceiling"] is not None else ""
             vs = f"{r['speedup_vs_torch']:.3f}x" if r["speedup_vs_torch"] is not None else ""
-            text.append(f"| {r['dtype']} | {r['p50_ms'] * 1e3:.1f} | {r['throughput']:.0f} | {pct} | {vs} | {delta} |")
+            text.append(where + f"| {r['p50_ms'] * 1e3:.1f} | {r['throughput']:.{1 if metric == 'TFLOP/s' else 0}f} "
+                                f"| {pct} | {vs} | {delta} |")
     else:
         text.append("_not measured yet_")
     metrics = ncu.step_table(ncu_rows, v)
@@ -48,19 +57,17 @@ def _previous(v, rows, row):
     if v.step == 1:
         return None
     label = rosetta.variants(v.op, v.backend)[v.step - 2].label
-    return next((r for r in rows if r["label"] == label and r["dtype"] == row["dtype"]
-                 and r["shape"] == row["shape"]), None)
+    return next((r for r in rows if r["label"] == label and r["direction"] == row["direction"]
+                 and r["dtype"] == row["dtype"] and r["shape"] == row["shape"]), None)
 
 
 def op_block(op, rows, ncu_rows, folder) -> str:
-    rel = folder.relative_to(REPO)
-    parts = []
-    for dtype in SPECS[op].dtypes:
-        name = str(dtype).removeprefix("torch.")
-        parts += [f"**{name}**, shape {'x'.join(map(str, SPECS[op].headline))}:", "", tables.ladder_table(rows, op, name)]
-    parts += ["Lines of code (lizard NLOC):", "", tables.lines_table(op),
-              f"![{op} ladder]({rel}/plots/{op}_ladder.png)", f"![{op} sweep]({rel}/plots/{op}_sweep.png)"]
-    if ncu_rows:
+    from .report import op_tables
+
+    rel = Path(os.path.relpath(folder, REPO))
+    parts = [op_tables(rows, op, folder, level="####"), "", "Lines of code (lizard NLOC):", "",
+             tables.lines_table(op)]
+    if ncu_rows and (folder / "plots" / f"{op}_ncu.png").exists():
         parts.append(f"![{op} ncu]({rel}/plots/{op}_ncu.png)")
     return "\n".join(parts)
 

@@ -28,10 +28,15 @@ METRICS = [
     "smsp__average_warps_issue_stalled_membar_per_issue_active.ratio",
     # matmul
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
     "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
 ]
 SUMMED = {"gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
-          "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"}
+          "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+          "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+          "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"}
 MAXED = {"launch__registers_per_thread", "launch__shared_mem_per_block_static",
          "launch__shared_mem_per_block_dynamic"}
 UNIT_SCALE = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1, "usecond": 1e3,
@@ -48,6 +53,10 @@ SHORT = [
     ("L2 hit %", "lts__t_sector_hit_rate.pct", lambda v: f"{v:.1f}"),
     ("stall long-sb", "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio", lambda v: f"{v:.2f}"),
     ("stall barrier", "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio", lambda v: f"{v:.2f}"),
+    ("tensor pipe %", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", lambda v: f"{v:.1f}"),
+    ("GMMA pipe %", "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active", lambda v: f"{v:.1f}"),
+    ("FFMA (G)", "sm__sass_thread_inst_executed_op_ffma_pred_on.sum", lambda v: f"{v / 1e9:.1f}"),
+    ("smem ld conflicts (M)", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", lambda v: f"{v / 1e6:.2f}"),
 ]
 
 
@@ -102,9 +111,9 @@ def read_raw(path: Path) -> dict[str, list[dict]]:
     return steps
 
 
-def combine(label: str, kernels: list[dict]) -> dict:
-    """One step's kernels -> one row."""
-    row = {"label": label, "kernels": len(kernels),
+def combine(label: str, kernels: list[dict], direction: str = "forward", dtype: str = "", shape: str = "") -> dict:
+    """One step's kernels (in one direction, at one profiled shape) -> one row."""
+    row = {"label": label, "direction": direction, "dtype": dtype, "shape": shape, "kernels": len(kernels),
            "kernel_names": ";".join(k["Kernel Name"][:60] for k in kernels)}
     times = [k.get("gpu__time_duration.sum") or 0.0 for k in kernels]
     total = sum(times)
@@ -124,7 +133,8 @@ def combine(label: str, kernels: list[dict]) -> dict:
     return row
 
 
-COLUMNS = ["label", "kernels", "kernel_names", *METRICS, "dram_bytes", "smem_bytes"]
+COLUMNS = ["label", "direction", "dtype", "shape", "kernels", "kernel_names", *METRICS, "dram_bytes", "smem_bytes"]
+TEXT_COLUMNS = 6  # label .. kernel_names
 
 
 def write_table(path: Path, rows: list[dict]) -> None:
@@ -141,38 +151,54 @@ def read_table(path: Path) -> list[dict]:
     with path.open() as f:
         rows = list(csv.DictReader(f))
     for row in rows:
-        for key in COLUMNS[3:]:
+        row["direction"] = row.get("direction") or "forward"  # files from before directions existed
+        for key in COLUMNS[TEXT_COLUMNS:]:
             row[key] = number(row[key]) if row.get(key) not in (None, "") else None
         row["kernels"] = int(row["kernels"])
     return rows
 
 
-def step_table(ncu_rows: list[dict], v) -> str:
-    """The ncu line of one step with deltas against the previous step of its backend."""
-    import rosetta
+def minimal_bytes(row: dict) -> float | None:
+    """The op's minimal bytes at the shape and dtype the row was profiled at."""
+    import math
 
-    by_label = {r["label"]: r for r in ncu_rows}
-    mine = by_label.get(v.label)
-    if not mine:
-        return ""
-    prev = by_label.get(rosetta.variants(v.op, v.backend)[v.step - 2].label) if v.step > 1 else None
+    import torch
+
     from rosetta.ops import SPECS
 
-    spec = SPECS[v.op]  # ncu profiles the headline shape in the first dtype
-    minimal = spec.minimal_bytes(spec.headline, spec.dtypes[0])
-    cols = [c for c in SHORT if mine.get(c[1]) is not None]
-    head = "| ncu | kernels | " + " | ".join(c[0] for c in cols) + " | DRAM bytes / minimal |"
-    sep = "|---|--:|" + "--:|" * (len(cols) + 1)
-    cells = [fmt(mine[m]) for _, m, fmt in cols] + [f"{mine['dram_bytes'] / minimal:.3f}"]
-    lines = [head, sep, f"| this step | {mine['kernels']} | " + " | ".join(cells) + " |"]
-    if prev:
-        deltas = []
-        for _, m, _ in cols:
-            a, b = mine.get(m), prev.get(m)
-            deltas.append("" if a is None or b is None else
-                          (f"{a - b:+.1f}" if m.endswith("pct") or "pct_of" in m else _ratio(a, b)))  # points vs ratios
-        deltas.append("")
-        lines.append(f"| Δ vs step {v.step - 1} | {mine['kernels'] - prev['kernels']:+d} | " + " | ".join(deltas) + " |")
+    spec = SPECS[row["label"].split("/")[0]]
+    if row.get("shape"):
+        shape, dtype = tuple(int(s) for s in row["shape"].split("x")), getattr(torch, row["dtype"])
+    else:  # recorded before rows carried their case: the first headline, first dtype
+        shape, dtype = spec.headlines[0].shape, spec.headlines[0].dtypes[0]
+    nbytes = spec.directions()[row.get("direction") or "forward"].minimal_bytes(shape, dtype)
+    return nbytes if math.isfinite(nbytes) and nbytes > 0 else None
+
+
+def step_table(ncu_rows: list[dict], v) -> str:
+    """The ncu lines of one step (each direction), with deltas against the previous step."""
+    import rosetta
+
+    prev_label = rosetta.variants(v.op, v.backend)[v.step - 2].label if v.step > 1 else None
+    lines = []
+    for mine in (r for r in ncu_rows if r["label"] == v.label):
+        prev = next((r for r in ncu_rows if r["label"] == prev_label and r["direction"] == mine["direction"]
+                     and r.get("shape") == mine.get("shape") and r.get("dtype") == mine.get("dtype")), None)
+        cols = [c for c in SHORT if mine.get(c[1]) is not None]
+        minimal = minimal_bytes(mine)
+        case = " ".join(p for p in (mine["direction"], mine.get("dtype"), mine.get("shape")) if p)
+        head = f"| ncu ({case}) | kernels | " + " | ".join(c[0] for c in cols) + " | DRAM bytes / minimal |"
+        cells = [fmt(mine[m]) for _, m, fmt in cols] + [f"{mine['dram_bytes'] / minimal:.3f}" if minimal else ""]
+        lines += ([""] if lines else []) + [head, "|---|--:|" + "--:|" * (len(cols) + 1),
+                                            f"| this step | {mine['kernels']} | " + " | ".join(cells) + " |"]
+        if prev:
+            deltas = []
+            for _, m, _ in cols:
+                a, b = mine.get(m), prev.get(m)
+                deltas.append("" if a is None or b is None else
+                              (f"{a - b:+.1f}" if m.endswith("pct") or "pct_of" in m else _ratio(a, b)))
+            lines.append(f"| Δ vs step {v.step - 1} | {mine['kernels'] - prev['kernels']:+d} | "
+                         + " | ".join(deltas) + " | |")
     return "\n".join(lines)
 
 

@@ -2,6 +2,9 @@
 KERNEL_LOG.md. `make log` runs `python -m rosetta.bench.report`; bench and profile call it too."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import json
 import sys
 
@@ -9,36 +12,45 @@ import rosetta
 from rosetta.ops import SPECS
 from rosetta.registry import REPO
 
-from . import environment, markers, results, tables
+from . import ceilings, environment, markers, results, tables
 
 README = REPO / "README.md"
+
+
+def plot_name(op: str, direction: str, shape: str = "", dtype: str = "", kind: str = "ladder") -> str:
+    parts = [op] + ([direction] if len(SPECS[op].directions()) > 1 else []) + [p for p in (dtype, shape) if p]
+    return "_".join(parts + [kind]) + ".png"
 
 
 def plots(out_dir, rows, limits) -> list:
     from . import plots as p
 
     made = []
-    for op in {r["op"] for r in rows}:
-        dtype = str(SPECS[op].dtypes[0]).removeprefix("torch.")
-        ceiling = limits.get(SPECS[op].ceiling)
-        made.append(p.sweep_plot(rows, op, dtype, out_dir / "plots" / f"{op}_sweep.png", ceiling))
-        made.append(p.ladder_plot(rows, op, dtype, out_dir / "plots" / f"{op}_ladder.png", ceiling))
+    for op in sorted({r["op"] for r in rows}, key=rosetta.OPS.index):
+        spec = SPECS[op]
+        sweep_dtype = str(spec.sweep_dtype).removeprefix("torch.")
+        for direction in spec.directions():
+            ceiling = ceilings.ceiling_for(limits, spec.ceiling, sweep_dtype)[0] if limits else None
+            made.append(p.sweep_plot(rows, op, direction, sweep_dtype,
+                                     out_dir / "plots" / plot_name(op, direction, kind="sweep"), ceiling))
+        for direction, shape, dtype, _ in tables.headlines(op):
+            ceiling = ceilings.ceiling_for(limits, spec.ceiling, dtype)[0] if limits else None
+            made.append(p.ladder_plot(rows, op, direction, shape, dtype,
+                                      out_dir / "plots" / plot_name(op, direction, shape, dtype), ceiling))
     return [m for m in made if m]
 
 
 NCU_PLOT = {"GB/s": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput, % of peak"),
-            "TFLOP/s": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-                        "tensor pipe active, % of peak")}
+            "TFLOP/s": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM throughput, % of peak")}
 
 
 def ncu_plots(out_dir, ncu_rows) -> list:
     from . import plots as p
 
     made = []
-    for op in rosetta.OPS:
-        if rosetta.variants(op):
-            metric, title = NCU_PLOT[SPECS[op].metric]
-            made.append(p.ncu_plot(ncu_rows, op, metric, title, out_dir / "plots" / f"{op}_ncu.png"))
+    for op in rosetta.ops_with_steps():
+        metric, title = NCU_PLOT[SPECS[op].metric]
+        made.append(p.ncu_plot(ncu_rows, op, metric, title, out_dir / "plots" / f"{op}_ncu.png"))
     return [m for m in made if m]
 
 
@@ -48,29 +60,54 @@ def reference_results():
     return folders[0] if folders else None
 
 
+def op_tables(rows, op, folder, level="####") -> str:
+    """Every ladder table of an op, each followed by its plot, then the sweep plots."""
+    rel = Path(os.path.relpath(folder, REPO))
+    parts = []
+    for direction, shape, dtype, note in tables.headlines(op):
+        if tables.headline_rows(rows, op, direction, shape, dtype):
+            parts += [f"{level} {tables.title(op, direction, shape, dtype, note)}", "",
+                      tables.ladder_table(rows, op, direction, shape, dtype),
+                      f"![{op} {direction} {dtype} {shape}]({rel}/plots/{plot_name(op, direction, shape, dtype)})", ""]
+    for direction in SPECS[op].directions():
+        sweep = folder / "plots" / plot_name(op, direction, kind="sweep")
+        if sweep.exists():
+            parts.append(f"![{op} {direction} sweep]({rel}/plots/{sweep.name})")
+    return "\n".join(parts)
+
+
 def readme_blocks(folder) -> dict:
     rows = results.read_rows(folder / "bench.csv")
     env = results.read_environment(folder / "environment.json")
     blocks = {}
-    rel = folder.relative_to(REPO)
     for op in rosetta.OPS:
         if not any(r["op"] == op for r in rows):
             continue
-        dtype = str(SPECS[op].dtypes[0]).removeprefix("torch.")
         blocks[f"{op}/table"] = (
-            f"{env.get('gpu')}, {dtype}, shape {SPECS[op].headline[0] if len(SPECS[op].headline) == 1 else SPECS[op].headline}; "
-            f"torch {env.get('torch')}, triton {env.get('triton')}, CUDA {env.get('cuda_runtime')}, "
-            f"driver {env.get('driver')}, commit {env.get('git_sha')}, {env.get('date_utc')} UTC.\n\n"
-            + tables.ladder_table(rows, op, dtype)
-            + f"\n![{op} ladder]({rel}/plots/{op}_ladder.png)\n![{op} sweep]({rel}/plots/{op}_sweep.png)\n")
+            f"{env.get('gpu')}; torch {env.get('torch')}, triton {env.get('triton')}, CUDA "
+            f"{env.get('cuda_runtime')}, driver {env.get('driver')}, commit {env.get('git_sha')}, "
+            f"{env.get('date_utc')} UTC. \"% of measured ceiling\" divides by the best probe `make survey` "
+            f"measured; \"% of theoretical peak\" by the datasheet arithmetic; \"error / tol.\" is the "
+            f"worst elementwise error over the step's tolerance (1.00 = at the limit).\n\n"
+            + op_tables(rows, op, folder))
+    rel = Path(os.path.relpath(folder, REPO))
     if (folder / "hardware.md").exists():
-        hw = json.loads((folder / "hardware.json").read_text())["measured"]
+        limits = ceilings.load(folder)
         blocks["roofline"] = (
-            f"Ceilings measured by `make survey` ([hardware.md]({rel}/hardware.md)): DRAM copy "
-            f"{hw['dram_copy_own']['median']:.0f} GB/s, read {hw['dram_read']['median']:.0f} GB/s, "
-            f"L2 {hw['l2_read']['median']:.0f} GB/s, FP32 FMA {hw['fp32_fma']['tflops']:.1f} TFLOP/s, "
-            f"cuBLAS bf16 {hw['tensor']['bf16']['median']:.0f} TFLOP/s.\n\n![roofline]({rel}/plots/roofline.png)\n")
+            f"Ceilings measured by `make survey` ([hardware.md]({rel}/hardware.md)): "
+            + ceilings.summary(limits) + f"\n\n![roofline]({rel}/plots/roofline.png)\n")
+    flush = folder / "flush.md"
+    if flush.exists():
+        blocks["flush"] = flush.read_text()
+    sanitize = folder / "sanitize.md"
+    if sanitize.exists():
+        blocks["sanitize"] = f"[{rel}/sanitize.md]({rel}/sanitize.md): " + _sanitize_total(sanitize.read_text())
     return blocks
+
+
+def _sanitize_total(text: str) -> str:
+    total = [line for line in text.splitlines() if line.lower().startswith(("**total", "total"))]
+    return total[0].strip("* ") if total else "see the file"
 
 
 def update_file(path, blocks: dict) -> bool:
@@ -86,7 +123,7 @@ def update_file(path, blocks: dict) -> bool:
 
 def regenerate() -> None:
     """Plots and docs from the committed results of every GPU folder."""
-    from . import ceilings, ncu
+    from . import ncu
 
     for folder in sorted(p for p in environment.RESULTS.glob("*") if (p / "bench.csv").exists()):
         hw = folder / "hardware.json"

@@ -7,14 +7,17 @@ import json
 from pathlib import Path
 
 COLUMNS = [
-    "op", "backend", "step", "name", "label", "dtype", "shape", "numel", "role", "status",
-    "rel_error", "p50_ms", "p20_ms", "p80_ms", "timing", "throughput", "metric", "pct_of_ceiling",
-    "speedup_vs_torch", "device_nloc", "device_tokens", "host_nloc", "git_sha",
+    "op", "direction", "backend", "step", "name", "label", "dtype", "shape", "numel", "role", "status",
+    "error", "p50_ms", "p20_ms", "p80_ms", "timing", "input_copy", "throughput", "metric",
+    "pct_of_ceiling", "pct_of_theoretical", "speedup_vs_torch", "device_nloc", "device_tokens",
+    "host_nloc", "git_sha",
 ]
-KEY = ("label", "dtype", "shape")
+KEY = ("label", "direction", "dtype", "shape")
 NUMERIC = {"step": int, "numel": int, "device_nloc": int, "device_tokens": int, "host_nloc": int,
-           "rel_error": float, "p50_ms": float, "p20_ms": float, "p80_ms": float,
-           "throughput": float, "pct_of_ceiling": float, "speedup_vs_torch": float}
+           "error": float, "p50_ms": float, "p20_ms": float, "p80_ms": float,
+           "throughput": float, "pct_of_ceiling": float, "pct_of_theoretical": float,
+           "speedup_vs_torch": float}
+DIRECTIONS = ("forward", "backward")
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -23,6 +26,9 @@ def read_rows(path: Path) -> list[dict]:
     with path.open() as f:
         rows = list(csv.DictReader(f))
     for row in rows:
+        row["direction"] = row.get("direction") or "forward"  # files from before directions existed
+        if "rel_error" in row:  # files from before the elementwise gate
+            row["error"] = row.pop("rel_error")
         for col, kind in NUMERIC.items():
             value = row.get(col, "")
             row[col] = kind(value) if value not in ("", None) else None
@@ -44,15 +50,17 @@ def write_rows(path: Path, rows: list[dict], replace_all: bool) -> list[dict]:
 
 
 def order_key(row: dict):
-    """Teaching order: op, then torch tiers, then each backend's steps in order; then dtype, size."""
+    """Teaching order: op, direction, then torch tiers, library and peer tiers, then each backend's
+    steps in order; then dtype, size."""
     from rosetta.registry import BACKENDS, OPS
 
     from .tiers import REFERENCE_BACKENDS
 
     backend_rank = {b: i for i, b in enumerate((*REFERENCE_BACKENDS, *BACKENDS))}
     tier_rank = {"eager": 0, "compile": 1}
-    return (OPS.index(row["op"]), backend_rank[row["backend"]], row["step"] or 0,
-            tier_rank.get(row["name"], 0), str(row["dtype"]), row["numel"] or 0)
+    return (OPS.index(row["op"]), DIRECTIONS.index(row.get("direction") or "forward"),
+            backend_rank[row["backend"]], row["step"] or 0, tier_rank.get(row["name"], 0),
+            str(row["dtype"]), row["numel"] or 0)
 
 
 def _fmt(value):

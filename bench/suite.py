@@ -1,5 +1,5 @@
-"""Run the bench: for every (op, dtype, shape) make fresh inputs and the fp64 reference once, then
-for every reference tier and step: check correctness, and time it only if it is right."""
+"""Run the bench: for every (op, direction, dtype, shape) make fresh inputs and the fp64 reference
+once, then for every reference tier and step: check correctness, and time it only if it is right."""
 from __future__ import annotations
 
 import math
@@ -9,43 +9,56 @@ from dataclasses import dataclass
 import torch
 
 import rosetta
+from rosetta import timing
 from rosetta.ops import SPECS
 
 from . import lines, nvtx, results
 from .tiers import Tier, runner, tiers
 
-TIMING_METHOD = ("one call captured as a CUDA graph, its replay timed by triton.testing.do_bench: "
-                 "CUDA events around each replay, a 256 MB L2 flush before every replay; median and "
-                 "p20/p80; warm-up, JIT and autotuning run before capture; outputs preallocated "
-                 "(torch.compile allocates its own, from the graph's pool). The graph keeps the host's "
-                 "Python launch path (tens of us for an autotuned Triton launch) out of the time; a "
-                 "step that cannot be captured is timed per call (timing = events)")
+TIMING_METHOD = ("one call captured as a CUDA graph, its replays timed with CUDA events "
+                 "(rosetta.timing); before every replay a clean L2 flush (a sum over a buffer of "
+                 "4x the L2, which leaves no dirty lines behind); median and p20/p80; warm-up, JIT "
+                 "and autotuning run before capture; outputs preallocated (torch.compile and peer "
+                 "libraries allocate their own, from the graph's pool); an input a step's layout "
+                 "cannot take is copied before capture, reported, not timed")
 
 
 @dataclass(frozen=True)
 class Group:
     """One set of inputs shared by every subject measured on it."""
     op: str
+    direction: str
     dtype: torch.dtype
     shape: tuple
-    role: str  # "headline" (the ladder table) or "sweep" (throughput vs size)
+    role: str  # "headline" (a ladder table) or "sweep" (throughput vs size)
 
 
 def plan(ops, quick: bool) -> list[Group]:
+    """Headline groups of every op x direction x (shape, dtype); then the sweeps. --quick: the
+    first headline shape in its first dtype, no sweep."""
     groups = []
     for op in ops:
         spec = SPECS[op]
-        dtypes = spec.dtypes[:1] if quick else spec.dtypes
-        groups += [Group(op, d, spec.headline, "headline") for d in dtypes]
-        if not quick:
-            groups += [Group(op, spec.dtypes[0], s, "sweep") for s in spec.sweep if s != spec.headline]
+        for direction in spec.directions():
+            heads = spec.headlines[:1] if quick else spec.headlines
+            for h in heads:
+                groups += [Group(op, direction, d, h.shape, "headline") for d in (h.dtypes[:1] if quick else h.dtypes)]
+            if not quick:
+                headline_keys = {(h.shape, d) for h in spec.headlines for d in h.dtypes}
+                groups += [Group(op, direction, spec.sweep_dtype, s, "sweep") for s in spec.sweep
+                           if (s, spec.sweep_dtype) not in headline_keys]
     return groups
 
 
-def subjects(op, backend=None, step=None) -> list:
+def subjects(op, backend=None, step=None, role="headline", dtype=None) -> list:
+    """Tiers, then the steps (all of them at a headline; the best of each backend in a sweep)."""
     found = [] if backend not in (None, "torch") else tiers(op)
     if backend != "torch":
-        found += [v for v in rosetta.variants(op, backend) if step is None or v.step == step]
+        for b in ([backend] if backend else rosetta.BACKENDS):
+            ladder = rosetta.variants(op, b)
+            if role == "sweep" and step is None and ladder:
+                ladder = [rosetta.best(op, b, dtype)] if any(dtype in v.dtypes for v in ladder) else []
+            found += [v for v in ladder if step is None or v.step == step]
     return found
 
 
@@ -54,101 +67,108 @@ def shape_str(shape) -> str:
 
 
 class Progress:
-    """One line per measurement: [done/total elapsed] label dtype shape -> result."""
+    """One line per measurement: [done/total elapsed] label direction dtype shape -> result."""
 
     def __init__(self, total: int):
         self.total, self.done, self.start = total, 0, time.monotonic()
 
-    def report(self, label: str, text: str) -> None:
+    def report(self, label: str, group: Group, text: str) -> None:
         self.done += 1
         elapsed = int(time.monotonic() - self.start)
-        print(f"[{self.done:4d}/{self.total} {elapsed // 60:2d}:{elapsed % 60:02d}] {label:42s} {text}",
+        what = f"{group.direction[:3]} {str(group.dtype).removeprefix('torch.')} {shape_str(group.shape)}"
+        print(f"[{self.done:4d}/{self.total} {elapsed // 60:2d}:{elapsed % 60:02d}] {label:40s} {what:32s} {text}",
               flush=True)
 
 
-def measure(fn) -> tuple[float, float, float, str]:
-    """(p50, p20, p80 in ms, how): the replay of a one-call CUDA graph, else events per call."""
-    from triton.testing import do_bench
-
-    try:
-        replay, how = capture(fn).replay, "graph"
-    except Exception as exc:  # some launch path cannot be captured: time it call by call
-        replay, how = fn, f"events (graph capture failed: {type(exc).__name__})"
-    p50, p20, p80 = do_bench(replay, warmup=25, rep=100, quantiles=[0.5, 0.2, 0.8])
-    return p50, p20, p80, how
+def takes(subject, group: Group) -> bool:
+    return group.dtype in subject.dtypes and group.direction in SPECS[group.op].directions() \
+        and (not isinstance(subject, Tier) or subject.takes(group.direction))
 
 
-def capture(fn) -> torch.cuda.CUDAGraph:
-    """One call of fn as a CUDA graph (warmed on a side stream first, as capture requires)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
+def call_ms(fn) -> float:
+    """One call's time with events (after warm-up): decides whether a slow step is timed here."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
 
 
-def run_group(group: Group, subjects_: list, gen, ceilings: dict, progress: Progress, sha: str) -> list[dict]:
+def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress: Progress, sha: str) -> list[dict]:
+    from .ceilings import ceiling_for
+
     spec = SPECS[group.op]
-    inputs = spec.make_inputs(group.shape, group.dtype, "cuda", gen)
-    reference = spec.reference(*inputs)
-    tolerance = spec.tolerance[group.dtype]
+    d = spec.directions()[group.direction]
+    inputs = d.make_inputs(group.shape, group.dtype, "cuda", gen)
+    reference = d.reference(*inputs)
+    gate = None
+    if d.gate_inputs:  # a second data set the gate also checks (e.g. all-positive for a sum)
+        gate_inputs = d.gate_inputs(group.shape, group.dtype, "cuda", gen)
+        gate = (gate_inputs, d.reference(*gate_inputs))
+    tolerance = d.tolerance[group.dtype]
     dtype_name = str(group.dtype).removeprefix("torch.")
-    ceiling = ceilings.get(spec.ceiling)
-    if isinstance(ceiling, dict):  # tensor ceilings are per dtype
-        ceiling = ceiling.get(dtype_name)
+    ceiling, theoretical = ceiling_for(limits, spec.ceiling, dtype_name)
+    work = d.minimal_bytes(group.shape, group.dtype) if spec.metric == "GB/s" else d.flops(group.shape)
+    scale = 1e9 if spec.metric == "GB/s" else 1e12
     rows = []
     for subject in subjects_:
-        if group.dtype not in subject.dtypes:
+        if not takes(subject, group):
             continue
-        out = spec.allocate(*inputs)
-        if out.is_floating_point():
-            out.fill_(float("nan"))  # every element must be written
-        fn = runner(subject, inputs, out)
-
-        def launch(fn=fn, label=subject.label):
-            with nvtx.step_range(label):
-                return fn()
-
         row = base_row(subject, group, dtype_name, sha)
         try:
+            fn, copied = runner(subject, group.direction, inputs, d.allocate(*inputs).fill_(float("nan")))
+            row["input_copy"] = ",".join(copied)
+
+            def launch(fn=fn, label=subject.label):
+                with nvtx.step_range(label):
+                    return fn()
+
             result = launch()  # also the warm-up: JIT compile, autotune, torch.compile
             torch.cuda.synchronize()
-            err = spec.relative_error(result, reference, inputs)
-        except Exception as exc:  # a broken step is reported, not fatal to the suite
-            row.update(status=f"error: {type(exc).__name__}: {exc}".splitlines()[0][:200])
-            progress.report(subject.label, f"{dtype_name} {shape_str(group.shape)}: {row['status']}")
+            err = d.error(result, reference, inputs)
+            if gate and err <= tolerance:
+                g_fn, _ = runner(subject, group.direction, gate[0], d.allocate(*gate[0]).fill_(float("nan")))
+                err = max(err, d.error(g_fn(), gate[1], gate[0]))
+        except ValueError as exc:  # the step (or a peer) declares it does not take this input
+            row.update(status=f"refused: {exc}".splitlines()[0][:200])
+            progress.report(subject.label, group, row["status"])
             rows.append(row)
             continue
-        row["rel_error"] = err
+        except Exception as exc:  # a broken step is reported, not fatal to the suite
+            row.update(status=f"error: {type(exc).__name__}: {exc}".splitlines()[0][:200])
+            progress.report(subject.label, group, row["status"])
+            rows.append(row)
+            torch.cuda.synchronize()
+            continue
+        row["error"] = err
+        one_call = call_ms(launch)
         if not err <= tolerance:
             row["status"] = "wrong"
-            progress.report(subject.label, f"{dtype_name} {shape_str(group.shape)}: WRONG "
-                                           f"(rel. error {err:.3g} > {tolerance:g}), not timed")
+            progress.report(subject.label, group, f"WRONG (error {err:.3g} > {tolerance:g}), not timed")
+        elif group.role == "headline" and one_call > spec.slow_call_ms:
+            row["status"] = f"slow: {one_call:.0f} ms a call, timed at smaller shapes"
+            progress.report(subject.label, group, row["status"])
         else:
-            p50, p20, p80, how = measure(launch)
-            work = spec.minimal_bytes(group.shape, group.dtype) if spec.metric == "GB/s" \
-                else spec.flops(group.shape)
-            scale = 1e9 if spec.metric == "GB/s" else 1e12
-            row.update(status="ok", p50_ms=p50, p20_ms=p20, p80_ms=p80, timing=how,
-                       throughput=work / (p50 * 1e-3) / scale)
+            t = timing.measure(launch, flush)
+            row.update(status="ok", p50_ms=t["p50_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
+                       timing=t["timing"], throughput=work / (t["p50_ms"] * 1e-3) / scale)
             if ceiling:
                 row["pct_of_ceiling"] = 100 * row["throughput"] / ceiling
-            progress.report(subject.label, f"{dtype_name} {shape_str(group.shape)}: {p50 * 1e3:9.1f} us "
-                                           f"{row['throughput']:8.1f} {spec.metric} ({how})")
+            if theoretical:
+                row["pct_of_theoretical"] = 100 * row["throughput"] / theoretical
+            progress.report(subject.label, group, f"{t['p50_ms'] * 1e3:10.1f} us {row['throughput']:8.1f} "
+                                                  f"{spec.metric} ({t['timing']})")
         rows.append(row)
-        del out, result
+        del fn, result
     add_speedups(rows)
     return rows
 
 
 def base_row(subject, group: Group, dtype_name: str, sha: str) -> dict:
     row = dict.fromkeys(results.COLUMNS)  # every column present, measured or not
-    row.update(op=group.op, backend=subject.backend, step=subject.step, name=subject.name,
-               label=subject.label, dtype=dtype_name, shape=shape_str(group.shape),
+    row.update(op=group.op, direction=group.direction, backend=subject.backend, step=subject.step,
+               name=subject.name, label=subject.label, dtype=dtype_name, shape=shape_str(group.shape),
                numel=math.prod(group.shape), role=group.role, metric=SPECS[group.op].metric, git_sha=sha)
     if not isinstance(subject, Tier):
         count = lines.count(rosetta.registry.REPO / subject.source)

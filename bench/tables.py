@@ -1,6 +1,8 @@
 """Markdown tables from results rows, in teaching order (never sorted by speed)."""
 from __future__ import annotations
 
+from rosetta.ops import SPECS
+
 from .results import order_key
 from .tiers import REFERENCE_BACKENDS
 
@@ -9,33 +11,64 @@ def _num(value, fmt: str) -> str:
     return "" if value is None else format(value, fmt)
 
 
-def headline_rows(rows: list[dict], op: str, dtype: str) -> list[dict]:
-    return sorted((r for r in rows if r["op"] == op and r["role"] == "headline" and r["dtype"] == dtype),
-                  key=order_key)
+def shape_name(shape: tuple) -> str:
+    return "x".join(map(str, shape))
 
 
-def ladder_table(rows: list[dict], op: str, dtype: str) -> str:
-    """One line per tier/step at the op's headline shape: time, throughput, % of ceiling,
-    speedup vs torch eager, and the change from the previous step of the same backend."""
-    chosen = headline_rows(rows, op, dtype)
+def headlines(op: str) -> list[tuple[str, str, str, str]]:
+    """(direction, shape, dtype, note) of every ladder table of an op, in spec order."""
+    spec = SPECS[op]
+    return [(direction, shape_name(h.shape), str(d).removeprefix("torch."), h.note)
+            for direction in spec.directions() for h in spec.headlines for d in h.dtypes]
+
+
+def headline_rows(rows: list[dict], op: str, direction: str, shape: str, dtype: str) -> list[dict]:
+    return sorted((r for r in rows if r["op"] == op and r["role"] == "headline" and r["direction"] == direction
+                   and r["shape"] == shape and r["dtype"] == dtype), key=order_key)
+
+
+def title(op: str, direction: str, shape: str, dtype: str, note: str = "") -> str:
+    both = len(SPECS[op].directions()) > 1
+    return f"{op}{' ' + direction if both else ''}, {dtype}, {shape}" + (f" ({note})" if note else "")
+
+
+def ladder_table(rows: list[dict], op: str, direction: str, shape: str, dtype: str) -> str:
+    """One line per tier/step at one headline: time, throughput, % of the measured ceiling and of
+    the theoretical peak, speedup vs torch eager, and the change from the previous step."""
+    chosen = headline_rows(rows, op, direction, shape, dtype)
     if not chosen:
-        return f"_no {op} {dtype} results yet_\n"
+        return f"_no {title(op, direction, shape, dtype)} results yet_\n"
     metric = chosen[0]["metric"]
-    out = [f"| step | time (us) | {metric} | % of ceiling | vs torch | Δ vs prev. step | rel. error |",
-           "|---|--:|--:|--:|--:|--:|--:|"]
+    out = [f"| step | time (us) | {metric} | % of measured ceiling | % of theoretical peak | vs torch | "
+           "Δ vs prev. step | error / tol. |", "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    tolerance = SPECS[op].directions()[direction].tolerance
+    tol = next((t for d, t in tolerance.items() if str(d).removeprefix("torch.") == dtype), None)
     previous = {}
     for r in chosen:
         name = r["label"].split("/", 1)[1]
+        err = "" if r.get("error") is None else (
+            f"{r['error'] / tol:.2f}" if tol else f"{r['error']:.1e}")
         if r["status"] != "ok":
-            out.append(f"| {name} | {r['status']} | | | | | {_num(r.get('rel_error'), '.1e')} |")
+            out.append(f"| {name} | {r['status']} | | | | | | {err} |")
             continue
         prev = previous.get(r["backend"])
         delta = f"{r['throughput'] / prev - 1:+.1%}" if prev and r["backend"] not in REFERENCE_BACKENDS else ""
         previous[r["backend"]] = r["throughput"]
-        out.append(f"| {name} | {r['p50_ms'] * 1e3:.1f} | {r['throughput']:.0f} | "
-                   f"{_num(r['pct_of_ceiling'], '.1f')} | {_num(r['speedup_vs_torch'], '.3f')}{'x' if r['speedup_vs_torch'] else ''} | "
-                   f"{delta} | {_num(r.get('rel_error'), '.1e')} |")
+        copy = f" (copied {r['input_copy']})" if r.get("input_copy") else ""
+        out.append(f"| {name}{copy} | {r['p50_ms'] * 1e3:.1f} | {r['throughput']:.{1 if metric == 'TFLOP/s' else 0}f} | "
+                   f"{_num(r['pct_of_ceiling'], '.1f')} | {_num(r.get('pct_of_theoretical'), '.1f')} | "
+                   f"{_num(r['speedup_vs_torch'], '.3f')}{'x' if r['speedup_vs_torch'] else ''} | {delta} | {err} |")
     return "\n".join(out) + "\n"
+
+
+def all_ladder_tables(rows: list[dict], op: str, level: str = "####") -> str:
+    """Every headline table of an op that has rows, each under its title."""
+    parts = []
+    for direction, shape, dtype, note in headlines(op):
+        if headline_rows(rows, op, direction, shape, dtype):
+            parts += [f"{level} {title(op, direction, shape, dtype, note)}", "",
+                      ladder_table(rows, op, direction, shape, dtype)]
+    return "\n".join(parts)
 
 
 def lines_table(op: str) -> str:

@@ -1,116 +1,73 @@
-"""From a Variant to a kernel launch: input checks, torch op registration, the two call paths.
+"""From a step to a kernel launch: input checks, the layout a step needs, the two call paths.
 
-`run` is the public path (checks, then the registered torch op, which allocates the output).
-`run_into` is the bench's path (checks, then a launch into a preallocated output).
+`run` is the public path: checks, then the step's registered torch op (which makes its own
+output, copies an input only where the step's layout demands it, and is differentiable).
+`launcher` is the bench's path: checks and layout copies once, up front, then a zero-argument
+launch into a preallocated output, with the names of the inputs that had to be copied.
 """
 from __future__ import annotations
 
-import importlib.util
-import inspect
-import os
-import sys
-
 import torch
 
+from . import torch_ops
 from .ops import SPECS
-from .registry import REPO, Variant, variants
+from .steps import Step, all_steps
+from .torch_ops import interpreting
 
 
-def interpreting() -> bool:
-    """True under TRITON_INTERPRET=1: Triton steps then run on CPU tensors."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
+def steps_taking(step: Step, dtype) -> str:
+    """Which steps of step's ladder take dtype, for an error message."""
+    numbers = [s.step for s in all_steps() if s.op == step.op and s.backend == step.backend
+               and dtype in s.dtypes]
+    if not numbers:
+        return f"no {step.op}/{step.backend} step does"
+    return f"{step.op}/{step.backend} steps {', '.join(map(str, numbers))} do"
 
 
-def check_inputs(v: Variant, inputs: tuple) -> None:
+def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
     """Every bad input is refused here, before any launch, with what was expected.
-    Order: argument types, dtypes, shapes, devices."""
+    Order: argument types, dtypes, shapes, devices, the step's declared bounds."""
     spec = SPECS[v.op]
-    if len(inputs) != len(spec.inputs):
-        raise TypeError(f"{v.label} takes {len(spec.inputs)} tensors {spec.inputs}, got {len(inputs)}")
-    for name, t in zip(spec.inputs, inputs):
+    names = spec.directions()[direction].inputs
+    if len(inputs) != len(names):
+        raise TypeError(f"{v.label} {direction} takes {len(names)} tensors {names}, got {len(inputs)}")
+    for name, t in zip(names, inputs):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{v.label}: {name} must be a torch.Tensor, got {type(t).__name__}")
     dtype = inputs[0].dtype
     if any(t.dtype != dtype for t in inputs):
-        got = ", ".join(f"{n}: {t.dtype}" for n, t in zip(spec.inputs, inputs))
+        got = ", ".join(f"{n}: {t.dtype}" for n, t in zip(names, inputs))
         raise ValueError(f"{v.label}: all inputs must share one dtype, got {got}")
     if dtype not in v.dtypes:
-        raise ValueError(f"{v.label} supports dtypes {[str(d) for d in v.dtypes]}, got {dtype}")
+        raise ValueError(f"{v.label} takes {[str(d) for d in v.dtypes]}, got {dtype}; "
+                         f"{steps_taking(v, dtype)}")
     spec.check_shapes(v.label, *inputs)
     device = inputs[0].device
     if any(t.device != device for t in inputs):
-        got = ", ".join(f"{n} on {t.device}" for n, t in zip(spec.inputs, inputs))
+        got = ", ".join(f"{n} on {t.device}" for n, t in zip(names, inputs))
         raise ValueError(f"{v.label}: all inputs must be on one device, got {got}")
     if device.type != "cuda" and not (v.backend == "triton" and interpreting()):
         hint = " (or set TRITON_INTERPRET=1 to run Triton steps on the CPU)" if v.backend == "triton" else ""
         raise ValueError(f"{v.label} needs CUDA tensors, got a tensor on {device}{hint}")
+    for quantity, limit in v.bounds:
+        value = spec.bounds[quantity](*inputs)
+        if value > limit:
+            others = [s.step for s in all_steps() if s.op == v.op and s.backend == v.backend
+                      and not any(q == quantity and value > m for q, m in s.bounds)]
+            raise ValueError(f"{v.label} takes {quantity} <= {limit}, got {quantity} = {value}; "
+                             f"{v.op}/{v.backend} steps {', '.join(map(str, others))} take it")
 
 
-def run(v: Variant, *inputs):
-    check_inputs(v, inputs)
-    ensure_loaded(v.backend)
-    return getattr(torch.ops.rosetta, v.qualname)(*inputs)
+def run(v: Step, direction: str, inputs: tuple):
+    check_inputs(v, direction, inputs)
+    return torch_ops.op(v, direction)(*inputs)
 
 
-def run_into(v: Variant, *inputs, out):
-    check_inputs(v, inputs)
-    ensure_loaded(v.backend)
-    if v.backend == "cuda":
-        getattr(torch.ops.rosetta, v.qualname + "_out")(*inputs, out)
-    else:
-        from torch._library.triton import set_wrap_triton_enabled
-
-        with set_wrap_triton_enabled(False):  # a plain launch: nothing is being traced
-            triton_module(v).launch(*(t.contiguous() for t in inputs), out)
-    return out
-
-
-# ---- registration -------------------------------------------------------------------------------
-_loaded = {"cuda": False, "triton": False}
-
-
-def ensure_loaded(backend: str) -> None:
-    """Register every step of `backend` as a torch op (a plain flag check once done)."""
-    if _loaded[backend]:
-        return
-    if backend == "cuda":
-        from . import cuda_build
-
-        cuda_build.load()
-        names = [(v.qualname, SPECS[v.op]) for v in variants(backend="cuda")]
-        # library reference tiers built into the same extension, e.g. reduce_sum_cub
-        names += [(f"{op}_{lib}", spec) for op, spec in SPECS.items() for lib in spec.tiers]
-        for name, spec in names:
-            torch.library.register_fake(f"rosetta::{name}")(spec.allocate)
-            torch.library.register_fake(f"rosetta::{name}_out")(lambda *args: None)
-    else:
-        for v in variants(backend="triton"):
-            _register_triton(v)
-    _loaded[backend] = True
-
-
-def triton_module(v: Variant):
-    """Import a Triton step file (its name starts with a digit, so by path)."""
-    name = f"rosetta.triton_kernels.{v.op}.{REPO.joinpath(v.source).stem}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / v.source)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def _register_triton(v: Variant) -> None:
-    spec, launch = SPECS[v.op], triton_module(v).launch
-
-    def host(*inputs):
-        inputs = tuple(t.contiguous() for t in inputs)
-        out = spec.allocate(*inputs)
-        launch(*inputs, out)
-        return out
-
-    # triton_op infers the op schema from the signature: one Tensor per named input.
-    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
-              for n in spec.inputs]
-    host.__signature__ = inspect.Signature(params, return_annotation=torch.Tensor)
-    torch.library.triton_op(f"rosetta::{v.qualname}", host, mutates_args=())
+def launcher(v: Step, direction: str, inputs: tuple, out: torch.Tensor):
+    """(launch, copied): `launch()` runs the step's kernel into `out`, allocating nothing; `copied`
+    names the inputs that broke the step's layout and were copied here, outside the launch."""
+    check_inputs(v, direction, inputs)
+    views, copied = torch_ops.kernel_inputs(v, direction, inputs)
+    raw = torch_ops.raw_launcher(v, direction)
+    (out_view,) = SPECS[v.op].kernel_view(out)
+    return (lambda: raw(*views, out_view)), copied

@@ -1,50 +1,47 @@
-"""Test shapes per op, each chosen to break something (the comment says what)."""
+"""Test inputs for every op, from its spec (the shapes, each with its reason, live in
+bindings/ops/<op>.py): fresh random data per call, never zeros."""
+import torch
 
 from rosetta.ops import SPECS
-
-# Small enough for the Triton interpreter, which runs the grid one program at a time on the CPU.
-CPU_SHAPES = {
-    "vector_add": [
-        (1,),  # a single element: every lane but one masked off
-        (17,),  # a prime below one block/vector: only the masked tail
-        (1000003,),  # a prime over many blocks: the last block partial, n % 8 != 0
-    ],
-    "reduce_sum": [
-        (0,),  # the empty sum: 0.0, and no launch with a zero-sized grid
-        (1,),  # one element: every tree level but the first is padding
-        (31,),  # under one warp, not a power of two
-        (1025,),  # one past a 1024 block: a second program with a single element
-        (100003,),  # prime, many programs, a ragged last block
-    ],
-}
-
-# On the GPU: every step x dtype x these shapes against fp64.
-GPU_SHAPES = {
-    "vector_add": [
-        (1,),  # one element, one partial vector
-        (17,),  # prime: scalar tail only, no full 16-byte vector for fp16/bf16 (8 per vector)
-        (4097,),  # 2^12 + 1: one element past a block/vector boundary
-        (2**20 + 3,),  # a full grid-stride sweep plus a 3-element tail
-        (2**28,),  # 1 GiB of fp32: far past the 50 MiB L2, the bench's headline size
-    ],
-    "reduce_sum": [
-        (0,),  # empty: 0.0 without launching an empty grid
-        (1,),  # a single element through every pass
-        (31,),  # less than a warp: shuffles with missing lanes
-        (1025,),  # 2 x 512 + 1: one extra block holding one element
-        (2**20 + 7,),  # many blocks, n % 8 != 0: the vector tail, a multi-pass partial count
-        (2**28,),  # 1 GiB fp32, the headline size: grid-stride loops run many iterations
-    ],
-}
 
 # >= 2^31 elements (64-bit offsets); 16-bit dtypes keep each tensor at 4 GiB.
 HUGE_NUMEL = 2**31 + 17
 
 
-def make_inputs(op, shape, dtype, device, gen, contiguous=True):
-    """Fresh random inputs; non-contiguous ones view every other element of a wider tensor."""
-    spec = SPECS[op]
+def make_inputs(op, shape, dtype, device, gen, direction="forward", contiguous=True):
+    """Fresh random inputs; non-contiguous ones view every other column of a wider tensor."""
+    d = SPECS[op].directions()[direction]
     if contiguous:
-        return spec.make_inputs(shape, dtype, device, gen)
+        return d.make_inputs(shape, dtype, device, gen)
     wide = (*shape[:-1], 2 * shape[-1])
-    return tuple(t[..., ::2] for t in spec.make_inputs(wide, dtype, device, gen))
+    return tuple(t[..., ::2] for t in d.make_inputs(wide, dtype, device, gen))
+
+
+def poisoned_output(op, inputs, direction="forward"):
+    """The output buffer a kernel must overwrite entirely: NaN wherever it fails to write."""
+    out = SPECS[op].directions()[direction].allocate(*inputs)
+    return out.fill_(float("nan"))
+
+
+def strided_cases(op, dtype, device, gen):
+    """(name, inputs) of views that are not plain contiguous tensors, for every op:
+    every other column, storage that starts one element in (misaligned for 16-byte vectors),
+    and, for 2-D ops, transposes."""
+    spec = SPECS[op]
+    d = spec.forward
+    big = str(device).startswith("cuda")  # the interpreter runs program by program: keep it small
+    shape = {"vector_add": (999, 1001) if big else (33, 41), "reduce_sum": (999, 1001) if big else (33, 41),
+             "softmax": (37, 1001) if big else (5, 41), "matmul": (67, 129, 35) if big else (9, 17, 5)}[op]
+    cases = [("every other column", make_inputs(op, shape, dtype, device, gen, contiguous=False))]
+    if op == "matmul":
+        m, k, n = shape
+        a, b = d.make_inputs((k, m, n), dtype, device, gen)[0], d.make_inputs((m, n, k), dtype, device, gen)[1]
+        cases.append(("a.t() and b.t()", (a.t(), b.t())))
+        wa, wb = d.make_inputs((m, k + 1, n + 1), dtype, device, gen)
+        cases.append(("one element in: a[:, 1:], b[1:, 1:]", (wa[:, 1:], wb[1:, 1:])))
+    else:
+        wide = d.make_inputs((*shape[:-1], shape[-1] + 1), dtype, device, gen)
+        cases.append(("one element in: x[..., 1:]", tuple(t[..., 1:] for t in wide)))
+        if op == "softmax":
+            cases.append(("transposed", (d.make_inputs(shape[::-1], dtype, device, gen)[0].t(),)))
+    return cases

@@ -23,9 +23,19 @@ def interpreter():
         pytest.skip("set TRITON_INTERPRET=1 (make test does) to run Triton steps on the CPU")
 
 
-@pytest.fixture
-def gen():
-    """A fresh seeded generator per test: reproducible, never zeros."""
-    g = torch.Generator(device="cuda" if HAS_CUDA else "cpu")
+def _generator(device: str) -> torch.Generator:
+    g = torch.Generator(device=device)
     g.manual_seed(1234)
     return g
+
+
+@pytest.fixture
+def gen():
+    """A fresh seeded generator per test, on the GPU where there is one: reproducible, never zeros."""
+    return _generator("cuda" if HAS_CUDA else "cpu")
+
+
+@pytest.fixture
+def cpu_gen():
+    """For tensors made on the CPU (interpreter tests), also on a GPU box."""
+    return _generator("cpu")

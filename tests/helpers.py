@@ -1,21 +1,27 @@
-"""Checks shared by the CPU and GPU tests: fp64 reference, relative error, a useful message."""
+"""Checks shared by the CPU and GPU tests: the fp64 reference, the elementwise gate, a useful
+message that names the step, the shape, the strides and the first element that is wrong."""
+import torch
 
 from rosetta.ops import SPECS
 
 
-def assert_matches_reference(variant, inputs, out):
-    """out vs the fp64 reference on the same inputs: relative error under the op's tolerance,
-    NaN never passes; on failure, say where the worst element is and by how much."""
-    spec = SPECS[variant.op]
-    ref = spec.reference(*inputs)
+def assert_matches_reference(variant, inputs, out, direction="forward"):
+    """out vs the fp64 reference on the same inputs: the worst elementwise error under the op's
+    tolerance (NaN never passes); on failure, say where and by how much."""
+    d = SPECS[variant.op].directions()[direction]
+    ref = d.reference(*inputs)
     assert out.shape == ref.shape, f"{variant.label}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
-    err = spec.relative_error(out, ref, inputs)
-    tol = spec.tolerance[inputs[0].dtype]
+    assert out.dtype == d.allocate(*inputs).dtype, f"{variant.label}: dtype {out.dtype}"
+    err, worst, got, expected = d.error_report(out, ref, inputs)
+    tol = d.tolerance[inputs[0].dtype]
     if not err <= tol:
-        diff = (out.double() - ref).abs().nan_to_num(float("inf"))
-        worst = diff.flatten().argmax().item() if diff.numel() else -1
-        flat_out, flat_ref = out.flatten(), ref.flatten()
-        where = (f"worst element {worst}: got {flat_out[worst].item()}, expected {flat_ref[worst].item()}"
-                 if worst >= 0 else "")
-        raise AssertionError(f"{variant.label} {inputs[0].dtype} shape {tuple(inputs[0].shape)}: "
-                             f"relative error {err:.3g} > {tol:g}; {where}")
+        where = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), ref.shape)) if ref.dim() else ()
+        raise AssertionError(
+            f"{variant.label} {direction} {inputs[0].dtype} shapes {[tuple(t.shape) for t in inputs]} "
+            f"strides {[t.stride() for t in inputs]}: error {err:.3g} > {tol:g}; worst element {where}: "
+            f"got {got}, expected {expected}")
+
+
+def gpu_memory_allows(nbytes: int) -> bool:
+    free, _ = torch.cuda.mem_get_info()
+    return free > nbytes

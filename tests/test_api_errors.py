@@ -29,7 +29,7 @@ def test_dtype_mismatch():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
 def test_unsupported_dtype(dtype):
-    with pytest.raises(ValueError, match=r"supports dtypes \['torch.float32', 'torch.float16', 'torch.bfloat16'\]"):
+    with pytest.raises(ValueError, match=rf"no vector_add/cuda step takes {dtype}; the steps take"):
         rosetta.vector_add(*two(dtype=dtype), backend="cuda")
 
 
@@ -52,13 +52,6 @@ def test_unknown_backend_and_step():
         rosetta.variants("transpose")
 
 
-def test_op_without_steps_says_so():
-    if rosetta.variants("matmul", "cuda"):
-        pytest.skip("matmul has steps now")
-    with pytest.raises(ValueError, match="matmul has no cuda steps yet"):
-        rosetta.matmul(torch.randn(2, 2), torch.randn(2, 2), backend="cuda")
-
-
 def test_triton_on_cpu_without_interpreter_says_how(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
@@ -68,7 +61,38 @@ def test_triton_on_cpu_without_interpreter_says_how(monkeypatch):
 def test_reduce_sum_bad_input():
     with pytest.raises(ValueError, match="reduce_sum/cuda/01_interleaved_divergent needs CUDA tensors"):
         rosetta.reduce_sum(torch.randn(5), backend="cuda", step=1)
-    with pytest.raises(ValueError, match=r"supports dtypes .* got torch.int64"):
+    with pytest.raises(ValueError, match=r"no reduce_sum/cuda step takes torch.int64"):
         rosetta.reduce_sum(torch.arange(5), backend="cuda")
     with pytest.raises(TypeError, match=r"takes 1 tensors \('x',\), got 2"):
         rosetta.variants("reduce_sum", "cuda")[0](torch.randn(3), torch.randn(3))
+
+
+def test_matmul_bad_input():
+    with pytest.raises(ValueError, match=r"must be 2-D \(M, K\) and \(K, N\), got \(3,\) and \(3, 2\)"):
+        rosetta.matmul(torch.randn(3), torch.randn(3, 2), backend="cuda", step=1)
+    with pytest.raises(ValueError, match=r"must be 2-D .* got \(2, 3, 4\)"):
+        rosetta.matmul(torch.randn(2, 3, 4), torch.randn(4, 2), backend="cuda", step=1)
+    with pytest.raises(ValueError, match=r"inner dimensions differ: a is \(4, 3\), b is \(5, 2\)"):
+        rosetta.matmul(torch.randn(4, 3), torch.randn(5, 2), backend="cuda", step=1)
+    with pytest.raises(ValueError, match="share one dtype"):
+        rosetta.matmul(torch.randn(4, 3), torch.randn(3, 2).half(), backend="cuda", step=1)
+    with pytest.raises(ValueError, match="matmul/cuda/01_naive needs CUDA tensors"):
+        rosetta.matmul(torch.randn(4, 3), torch.randn(3, 2), backend="cuda", step=1)
+
+
+def test_softmax_bad_input():
+    with pytest.raises(ValueError, match="at least one dimension"):
+        rosetta.softmax(torch.tensor(1.0), backend="cuda", step=1)
+    with pytest.raises(ValueError, match="softmax/cuda/01_thread_per_row needs CUDA tensors"):
+        rosetta.softmax(torch.randn(3, 4), backend="cuda", step=1)
+
+
+def test_a_dtype_no_step_takes_names_the_steps_that_do():
+    fp32_only = [v for v in rosetta.variants() if v.dtypes == (torch.float32,)]
+    if not fp32_only:
+        pytest.skip("every step takes every dtype")
+    v = fp32_only[0]
+    inputs = [t.half() for t in rosetta.ops.SPECS[v.op].forward.make_inputs(
+        rosetta.ops.SPECS[v.op].cpu_shapes[1], torch.float32, "cpu", torch.Generator().manual_seed(0))]
+    with pytest.raises(ValueError, match=rf"{v.label} takes \['torch.float32'\], got torch.float16; "):
+        v(*inputs)

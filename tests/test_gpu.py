@@ -1,51 +1,162 @@
-"""Every registered step on the GPU: dtypes x shapes that break tiling, against fp64 references;
-then torch.compile and opcheck over the registered torch ops."""
+"""Every registered step on the GPU: each dtype it declares x the spec's test shapes (chosen to
+break tiling) x each direction, against fp64 references; strided inputs; autograd,
+torch.compile and opcheck over the registered torch ops."""
 import pytest
 import torch
 
 import rosetta
-from cases import GPU_SHAPES, HUGE_NUMEL, make_inputs
-from helpers import assert_matches_reference
+from cases import HUGE_NUMEL, make_inputs, poisoned_output, strided_cases
+from helpers import assert_matches_reference, gpu_memory_allows
 from rosetta.ops import SPECS
 
 pytestmark = pytest.mark.gpu
-VARIANTS = [v for v in rosetta.variants() if v.op in GPU_SHAPES]
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+VARIANTS = rosetta.variants()
+STEP_DTYPES = [(v, d) for v in VARIANTS for d in v.dtypes]
+DIRECTED = [(v, d, direction) for v, d in STEP_DTYPES for direction in SPECS[v.op].directions()]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def run(v, inputs, direction):
+    return v(*inputs) if direction == "forward" else v.backward(*inputs)
+
+
+def fits(v, inputs) -> bool:
+    """False where the step declares a bound the input passes (its refusal is tested apart)."""
+    return all(SPECS[v.op].bounds[q](*inputs) <= m for q, m in v.bounds)
+
+
+@pytest.mark.parametrize("v,dtype,direction", DIRECTED, ids=lambda p: getattr(p, "label", str(p)))
+def test_step_matches_fp64(gen, v, dtype, direction):
+    for shape in SPECS[v.op].test_shapes:
+        inputs = make_inputs(v.op, shape, dtype, "cuda", gen, direction)
+        if fits(v, inputs):
+            assert_matches_reference(v, inputs, run(v, inputs, direction), direction)
+
+
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
-def test_step_matches_fp64(gen, v, dtype):
-    for shape in GPU_SHAPES[v.op]:
-        inputs = make_inputs(v.op, shape, dtype, "cuda", gen)
+def test_strided_inputs(gen, v):
+    for name, inputs in strided_cases(v.op, v.dtypes[-1], "cuda", gen):
+        assert all(not t.is_contiguous() for t in inputs), name
         assert_matches_reference(v, inputs, v(*inputs))
 
 
+@pytest.mark.parametrize("v,dtype,direction", DIRECTED, ids=lambda p: getattr(p, "label", str(p)))
+def test_launch_into_overwrites_poisoned_output(gen, v, dtype, direction):
+    shape = SPECS[v.op].test_shapes[3]
+    inputs = make_inputs(v.op, shape, dtype, "cuda", gen, direction)
+    out = poisoned_output(v.op, inputs, direction)
+    assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out, direction=direction), direction)
+
+
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
-def test_step_non_contiguous(gen, v):
-    inputs = make_inputs(v.op, (999, 1001), torch.float16, "cuda", gen, contiguous=False)
+def test_public_path_fills_a_recycled_nan_block(gen, v):
+    """The caching allocator hands out a block just freed: fill one with NaN first, so a step
+    that skips elements cannot inherit a neighbour's right answer."""
+    inputs = make_inputs(v.op, SPECS[v.op].test_shapes[2], v.dtypes[0], "cuda", gen)
+    size = SPECS[v.op].forward.allocate(*inputs).numel()
+    torch.full((size,), float("nan"), dtype=v.dtypes[0] if v.op != "reduce_sum" else torch.float32,
+               device="cuda")  # freed at once: the next allocation of this size reuses it
     assert_matches_reference(v, inputs, v(*inputs))
 
 
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
-def test_launch_into_overwrites_poisoned_output(gen, v):
-    inputs = make_inputs(v.op, GPU_SHAPES[v.op][3], torch.float32, "cuda", gen)
-    out = SPECS[v.op].allocate(*inputs).fill_(float("nan"))
-    assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out))
+def test_dtype_not_declared_is_refused(gen, v):
+    missing = [d for d in (torch.float32, torch.float16, torch.bfloat16) if d not in v.dtypes]
+    if not missing:
+        pytest.skip(f"{v.label} takes every float dtype")
+    inputs = make_inputs(v.op, SPECS[v.op].test_shapes[2], missing[0], "cuda", gen)
+    with pytest.raises(ValueError, match=rf"{v.label} takes .* got {missing[0]}; .*steps"):
+        v(*inputs)
 
 
-@pytest.mark.parametrize("v", [v for v in VARIANTS if v.op == "vector_add"], ids=lambda v: v.label)
-def test_vector_add_misaligned_pointers(gen, v):
-    """Views starting 1 and 3 elements in: 16-byte vector paths must fall back, not fault."""
-    x, y = make_inputs(v.op, (4100,), torch.float16, "cuda", gen)
-    for dx, dy in [(1, 1), (1, 3), (0, 5)]:
-        a, b = x[dx:dx + 4000], y[dy:dy + 4000]
-        assert_matches_reference(v, (a, b), v(a, b))
+@pytest.mark.parametrize("v", [v for v in VARIANTS if v.bounds], ids=lambda v: v.label)
+def test_declared_limit_raises_naming_the_steps_that_take_it(gen, v):
+    quantity, limit = v.bounds[0]
+    shape = {"softmax": (2, limit + 1)}[v.op]
+    inputs = make_inputs(v.op, shape, v.dtypes[0], "cuda", gen)
+    with pytest.raises(ValueError, match=rf"{quantity} <= {limit}, got {quantity} = {limit + 1}; .* steps \d"):
+        v(*inputs)
 
 
+# ---- softmax: special values --------------------------------------------------------------------
+SPECIAL_ROWS = {
+    "all -inf": [float("-inf")] * 5,  # 0/0: NaN everywhere, as torch
+    "+inf": [0.0, float("inf"), 1.0, 2.0, 3.0],  # inf - inf: the row is NaN
+    "nan": [0.0, float("nan"), 1.0, 2.0, 3.0],  # NaN poisons its row
+    "1e30": [1e30] * 5,  # huge but equal: uniform (subtract the max first)
+    "-1e30": [-1e30] * 5,  # hugely negative but equal: uniform
+    "one -inf": [float("-inf"), 0.0, 1.0, 2.0, 3.0],  # a masked-out position: exactly 0 there
+}
+
+
+@pytest.mark.parametrize("v", rosetta.variants("softmax"), ids=lambda v: v.label)
+def test_softmax_special_values(v):
+    x = torch.tensor(list(SPECIAL_ROWS.values()), device="cuda")
+    x = torch.cat([x, torch.randn(6, 1000, device="cuda")[:, :5]])  # ordinary rows beside them
+    for dtype in v.dtypes:
+        xd = x.to(dtype)
+        torch.testing.assert_close(v(xd), torch.softmax(xd.float(), -1).to(dtype), equal_nan=True,
+                                   atol=1e-3, rtol=1e-2, msg=lambda m: f"{v.label} {dtype}: {m}")
+
+
+# ---- autograd, torch.compile, opcheck -----------------------------------------------------------
+DIFFERENTIABLE = [v for v in VARIANTS if SPECS[v.op].autograd]
+
+
+@pytest.mark.parametrize("v", DIFFERENTIABLE, ids=lambda v: v.label)
+def test_autograd_runs_the_same_step(gen, v):
+    """Gradients through the step's own kernels against fp64 autograd on the same inputs."""
+    dtype = v.dtypes[0]
+    shape = {"softmax": (37, 777), "matmul": (67, 129, 35)}[v.op]
+    inputs = [t.requires_grad_() for t in make_inputs(v.op, shape, dtype, "cuda", gen)]
+    out = v(*inputs)
+    grad = torch.randn(out.shape, device="cuda", generator=gen).to(dtype)
+    got = torch.autograd.grad(out, inputs, grad)
+    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
+    ref_out = SPECS[v.op].forward.reference(*ref_inputs)
+    expected = torch.autograd.grad(ref_out, ref_inputs, grad.double())
+    tol = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}[dtype]
+    for g, e in zip(got, expected):
+        assert g.dtype == dtype
+        err = ((g.double() - e).norm() / e.norm().clamp_min(1e-30)).item()
+        assert err < tol, f"{v.label}: gradient relative error {err:.3g} >= {tol}"
+
+
+@pytest.mark.parametrize("backend", rosetta.BACKENDS)
+@pytest.mark.parametrize("op", rosetta.ops_with_steps())
+def test_torch_compile_fullgraph_forward_and_backward(gen, op, backend):
+    fn = getattr(rosetta, op)
+    shape = SPECS[op].test_shapes[3]
+    inputs = make_inputs(op, shape, torch.float32, "cuda", gen)
+    eager = fn(*inputs, backend=backend)  # also registers the backend's ops before tracing
+    compiled = torch.compile(lambda *args: fn(*args, backend=backend), fullgraph=True)
+    torch.testing.assert_close(compiled(*inputs), eager)
+    if SPECS[op].autograd and eager.numel():
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        compiled(*leaves).sum().backward()
+        eager_leaves = [t.clone().requires_grad_() for t in inputs]
+        fn(*eager_leaves, backend=backend).sum().backward()
+        for a, b in zip(leaves, eager_leaves):
+            torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
+def test_opcheck(gen, v):
+    dtype = v.dtypes[0]
+    shape = {"softmax": (7, 33), "matmul": (9, 17, 5)}.get(v.op, SPECS[v.op].test_shapes[2])
+    inputs = make_inputs(v.op, shape, dtype, "cuda", gen)
+    v(*inputs)  # registers the ops
+    if SPECS[v.op].autograd:
+        inputs = tuple(t.requires_grad_() for t in inputs)
+    torch.library.opcheck(getattr(torch.ops.rosetta, v.qualname).default, inputs)
+    if SPECS[v.op].backward:
+        back = make_inputs(v.op, shape, dtype, "cuda", gen, "backward")
+        torch.library.opcheck(getattr(torch.ops.rosetta, v.qualname + "_backward").default, back)
+
+
+# ---- >= 2^31 elements ---------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("v", [v for v in VARIANTS if v.op == "vector_add"], ids=lambda v: v.label)
+@pytest.mark.parametrize("v", rosetta.variants("vector_add"), ids=lambda v: v.label)
 def test_vector_add_past_2_31_elements(gen, v, dtype):
     """2^31 + 17 elements: 32-bit offsets would wrap. Checked exactly, chunk by chunk (an fp64
     copy of the whole would need 51 GB): each element must equal the fp32 sum rounded to dtype."""
@@ -62,18 +173,45 @@ def test_vector_add_past_2_31_elements(gen, v, dtype):
     torch.cuda.empty_cache()
 
 
-@pytest.mark.parametrize("backend", rosetta.BACKENDS)
-@pytest.mark.parametrize("op", sorted(GPU_SHAPES))
-def test_torch_compile_fullgraph(gen, op, backend):
-    fn = getattr(rosetta, op)
-    inputs = make_inputs(op, GPU_SHAPES[op][3], torch.float32, "cuda", gen)
-    eager = fn(*inputs, backend=backend)  # also registers the backend's ops before tracing
-    compiled = torch.compile(lambda *args: fn(*args, backend=backend), fullgraph=True)
-    torch.testing.assert_close(compiled(*inputs), eager)
+def best_steps(op):
+    return {rosetta.best(op, b, torch.bfloat16) for b in rosetta.BACKENDS if rosetta.variants(op, b)
+            and any(torch.bfloat16 in v.dtypes for v in rosetta.variants(op, b))}
 
 
-@pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
-def test_opcheck(gen, v):
-    v(*make_inputs(v.op, (7,), torch.float32, "cuda", gen))  # registers the ops
-    inputs = make_inputs(v.op, GPU_SHAPES[v.op][2], torch.float32, "cuda", gen)
-    torch.library.opcheck(getattr(torch.ops.rosetta, v.qualname).default, inputs)
+@pytest.mark.slow
+@pytest.mark.parametrize("v", sorted(best_steps("softmax"), key=lambda v: v.label), ids=lambda v: v.label)
+def test_softmax_past_2_31_elements(gen, v):
+    """(2^16 + 3) rows of 2^15 bf16: 2^31 + 98,304 elements; row offsets past 2^31 must not wrap.
+    Checked row block by row block against fp32 math."""
+    rows, cols = 2**16 + 3, 2**15
+    if not gpu_memory_allows(3 * rows * cols * 2 + 2**32):
+        pytest.skip("not enough GPU memory")
+    x = torch.empty(rows, cols, device="cuda", dtype=torch.bfloat16).normal_(generator=gen)
+    out = v(x)
+    for start in range(0, rows, 4096):
+        s = slice(start, start + 4096)
+        expected = torch.softmax(x[s].float(), -1)
+        err = ((out[s].float() - expected).abs() / (expected + 1e-7 * expected.amax(-1, keepdim=True))).max().item()
+        assert err < 1e-2, f"{v.label}: rows {start}..: error {err:.3g}"
+    del x, out
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("v", sorted(best_steps("matmul"), key=lambda v: v.label), ids=lambda v: v.label)
+def test_matmul_output_past_2_31_elements(gen, v):
+    """A 46,341 x 46,341 bf16 output (2^31 + 77,924 elements) with K = 16: output offsets past 2^31
+    must not wrap. Checked block by block against fp32 math."""
+    m = n = 46341
+    if not gpu_memory_allows(m * n * 2 + 2**32):
+        pytest.skip("not enough GPU memory")
+    a = torch.randn(m, 16, device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn(16, n, device="cuda", generator=gen).to(torch.bfloat16)
+    out = v(a, b)
+    for start in range(0, m, 4096):
+        expected = a[start:start + 4096].float() @ b.float()
+        scale = a[start:start + 4096].float().abs() @ b.float().abs()
+        err = ((out[start:start + 4096].float() - expected).abs() / scale.clamp_min(1e-30)).max().item()
+        assert err < 1e-2, f"{v.label}: rows {start}..: error {err:.3g}"
+    del a, b, out
+    torch.cuda.empty_cache()

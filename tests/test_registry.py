@@ -1,8 +1,9 @@
 """The registry is the one source of truth: every step file is in it, and it is well formed."""
 import pytest
+import torch
 
 import rosetta
-from rosetta import registry
+from rosetta import steps as registry
 from rosetta.ops import SPECS
 
 
@@ -33,12 +34,15 @@ def test_steps_are_contiguous_and_best_is_last(op, backend):
     assert ladder, f"{op} has no {backend} ladder"
     assert [v.step for v in ladder] == list(range(1, len(ladder) + 1))
     assert rosetta.best(op, backend) is ladder[-1]
+    for dtype in {d for v in ladder for d in v.dtypes}:
+        assert rosetta.best(op, backend, dtype) is [v for v in ladder if dtype in v.dtypes][-1]
 
 
 @pytest.mark.parametrize("v", rosetta.variants(), ids=lambda v: v.label)
 def test_variant_fields(v):
     assert (registry.REPO / v.source).is_file()
-    assert v.op in SPECS and v.dtypes == SPECS[v.op].dtypes
+    assert v.op in SPECS and v.dtypes and set(v.dtypes) <= set(SPECS[v.op].dtypes)
+    assert v.layout in ("contiguous", "rows", "any", "tma")
     assert v.source.endswith(f"{v.step:02d}_{v.name}{registry.SUFFIXES[v.backend]}")
     for field in ("title", "changed", "why", "still", "limits"):
         assert len(getattr(v.header, field)) > 3, f"{v.source}: empty {field}"
@@ -63,5 +67,36 @@ def test_header_parser_rejects_incomplete_headers(tmp_path):
 def test_header_continuation_lines_are_joined(tmp_path):
     f = tmp_path / "02_two.py"
     f.write_text('"""\nStep 2 — two words\nChanged:  first\n          second\nWhy: w\nStill: s\nLimits: none\n"""\n')
-    step, header = registry.parse_header(f)
-    assert step == 2 and header.title == "two words" and header.changed == "first second"
+    step, fields = registry.parse_header(f)
+    assert step == 2 and fields["title"] == "two words" and fields["Changed"] == "first second"
+
+
+def test_optional_header_lines_declare_what_a_step_takes(tmp_path):
+    """Dtypes, Layout and Max are declared once, in the step's own file."""
+    f = tmp_path / "01_x.py"
+    f.write_text('"""\nStep 1 — x\nChanged: a\nWhy: b\nStill: c\nLimits: d\nDtypes: float32, bfloat16\n'
+                 'Layout: any\nMax: cols <= 65,536\n"""\n')
+    _, fields = registry.parse_header(f)
+    spec = SPECS["softmax"]
+    assert registry._dtypes(f, fields["Dtypes"], spec.dtypes) == (torch.float32, torch.bfloat16)
+    assert registry._bounds(f, fields["Max"], spec) == (("cols", 65536),)
+    with pytest.raises(registry.RegistryError, match="Dtypes names 'float64'"):
+        registry._dtypes(f, "float64", spec.dtypes)
+    with pytest.raises(registry.RegistryError, match="Max must read"):
+        registry._bounds(f, "rows < 3", spec)
+
+
+def test_an_op_with_steps_but_no_spec_fails_loudly(tmp_path, monkeypatch):
+    folder = tmp_path / "cuda-kernels" / "transpose"
+    folder.mkdir(parents=True)
+    (folder / "01_naive.cu").write_text("/*\nStep 1 — n\nChanged: a\nWhy: b\nStill: c\nLimits: d\n*/\n")
+    monkeypatch.setitem(registry.KERNEL_DIRS, "cuda", tmp_path / "cuda-kernels")
+    with pytest.raises(registry.RegistryError, match="op 'transpose' has steps but no spec"):
+        registry.discover()
+
+
+@pytest.mark.parametrize("op", rosetta.ops_with_steps())
+def test_every_op_with_steps_has_test_cases(op):
+    """An op with steps but no test shapes would be tested vacuously: fail instead."""
+    spec = SPECS[op]
+    assert spec.test_shapes and spec.cpu_shapes, f"{op} has steps but no test shapes in its spec"

@@ -1,35 +1,51 @@
-"""Every Triton step under TRITON_INTERPRET=1 on CPU tensors, against fp64 (fp32/fp16 only: the
-interpreter computes bf16 wrongly)."""
+"""Every Triton step under TRITON_INTERPRET=1 on CPU tensors, against fp64, for each direction
+(fp32/fp16 only: the interpreter computes bf16 wrongly)."""
 import pytest
 import torch
 
 import rosetta
-from cases import CPU_SHAPES, make_inputs
+from cases import make_inputs, poisoned_output, strided_cases
 from helpers import assert_matches_reference
+from rosetta.ops import SPECS
 
-TRITON = [v for v in rosetta.variants(backend="triton") if v.op in CPU_SHAPES]
+TRITON = rosetta.variants(backend="triton")
+CPU_DTYPES = (torch.float32, torch.float16)
+CASES = [(v, d, direction) for v in TRITON for d in CPU_DTYPES if d in v.dtypes
+         for direction in SPECS[v.op].directions()]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def interpretable(v) -> bool:
+    """Steps built on Hopper-only features (TMA descriptors) say so in their module."""
+    from rosetta.torch_ops import triton_module
+
+    return getattr(triton_module(v), "INTERPRETABLE", True)
+
+
+@pytest.mark.parametrize("v,dtype,direction", CASES, ids=lambda p: getattr(p, "label", str(p)))
+def test_triton_step_on_cpu(interpreter, cpu_gen, v, dtype, direction):
+    if not interpretable(v):
+        pytest.skip(f"{v.label} uses TMA descriptors, which the interpreter does not run")
+    for shape in SPECS[v.op].cpu_shapes:
+        inputs = make_inputs(v.op, shape, dtype, "cpu", cpu_gen, direction)
+        out = v(*inputs) if direction == "forward" else v.backward(*inputs)
+        assert_matches_reference(v, inputs, out, direction)
+
+
 @pytest.mark.parametrize("v", TRITON, ids=lambda v: v.label)
-def test_triton_step_on_cpu(interpreter, gen, v, dtype):
-    for shape in CPU_SHAPES[v.op]:
-        inputs = make_inputs(v.op, shape, dtype, "cpu", gen)
+def test_triton_step_strided(interpreter, cpu_gen, v):
+    if not interpretable(v):
+        pytest.skip(f"{v.label} uses TMA descriptors, which the interpreter does not run")
+    dtype = torch.float32 if torch.float32 in v.dtypes else torch.float16
+    for name, inputs in strided_cases(v.op, dtype, "cpu", cpu_gen):
         assert_matches_reference(v, inputs, v(*inputs))
 
 
 @pytest.mark.parametrize("v", TRITON, ids=lambda v: v.label)
-def test_triton_step_non_contiguous(interpreter, gen, v):
-    inputs = make_inputs(v.op, (33, 40), torch.float32, "cpu", gen, contiguous=False)
-    assert not inputs[0].is_contiguous()
-    assert_matches_reference(v, inputs, v(*inputs))
-
-
-@pytest.mark.parametrize("v", TRITON, ids=lambda v: v.label)
-def test_triton_launch_into_poisoned_output(interpreter, gen, v):
+def test_triton_launch_into_poisoned_output(interpreter, cpu_gen, v):
     """The bench's path: a preallocated output poisoned with NaN must be fully overwritten."""
-    from rosetta.ops import SPECS
-
-    inputs = make_inputs(v.op, CPU_SHAPES[v.op][-1], torch.float32, "cpu", gen)
-    out = SPECS[v.op].allocate(*inputs).fill_(float("nan"))
+    if not interpretable(v):
+        pytest.skip(f"{v.label} uses TMA descriptors, which the interpreter does not run")
+    dtype = torch.float32 if torch.float32 in v.dtypes else torch.float16
+    inputs = make_inputs(v.op, SPECS[v.op].cpu_shapes[-2], dtype, "cpu", cpu_gen)
+    out = poisoned_output(v.op, inputs)
     assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out))

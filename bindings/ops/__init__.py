@@ -1,5 +1,12 @@
-"""One OpSpec per op that has steps; the registry refuses step folders without one."""
-from .reduce_sum import SPEC as _reduce_sum
-from .vector_add import SPEC as _vector_add
+"""The op specs, discovered: every module here with a SPEC is an op (adding an op adds a module)."""
+import importlib
+import pkgutil
 
-SPECS = {spec.name: spec for spec in (_vector_add, _reduce_sum)}
+from .spec import Direction, Headline, OpSpec
+
+_found = [importlib.import_module(f"{__name__}.{m.name}").SPEC
+          for m in pkgutil.iter_modules(__path__) if m.name != "spec"]
+SPECS: dict[str, OpSpec] = {s.name: s for s in sorted(_found, key=lambda s: s.position)}
+OPS: tuple[str, ...] = tuple(SPECS)
+
+__all__ = ["SPECS", "OPS", "OpSpec", "Direction", "Headline"]

@@ -1,4 +1,7 @@
-"""What defines an op, once: its inputs, checks, fp64 reference, napkin math and bench shapes."""
+"""What defines an op, once: its directions (forward, and backward if it is differentiable), each
+with its tensors, fp64 reference, error yardstick and napkin math; the view its kernels receive;
+its headline shapes, test shapes and reference tiers. Everything else (the C++ argument structs,
+the torch op schemas, autograd, tests, bench, tables) is generated or generic over these fields."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,35 +11,89 @@ import torch
 
 Shape = tuple[int, ...]
 ALL_FLOAT = (torch.float32, torch.float16, torch.bfloat16)
+LAYOUTS = ("contiguous", "rows", "any")  # what a step's `Layout:` header line may say
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One kernel direction: `inputs` -> one output, both named (the names become the torch op
+    schema's argument names and the fields of the generated C++ argument struct)."""
+    inputs: tuple[str, ...]
+    output: str
+    make_inputs: Callable  # (shape, dtype, device, generator) -> tuple of fresh random inputs
+    allocate: Callable  # (*inputs) -> the empty output; also the fake (meta) implementation
+    reference: Callable  # (*inputs) -> the float64 result torch computes
+    # max over elements of |out - ref| / scale; scale = error_scale(inputs, ref), per element
+    error_scale: Callable
+    tolerance: dict  # dtype -> the largest error that passes
+    minimal_bytes: Callable  # (shape, dtype) -> bytes an ideal kernel moves through DRAM
+    flops: Callable  # (shape) -> floating-point operations
+    torch_eager: Callable  # (*inputs, out) -> None: the vendor-library tier, writing into out
+    torch_expr: Callable  # (*inputs) -> result: what torch.compile compiles for its tier
+    # extra gate inputs beyond randn: e.g. all-positive data for a sum, where a skipped block hides
+    gate_inputs: Callable | None = None  # (shape, dtype, device, generator) -> inputs
+
+    def error(self, out: torch.Tensor, ref: torch.Tensor, inputs: tuple) -> float:
+        """The normalised worst elementwise error; NaN or Inf where ref is finite gives inf."""
+        return self.error_report(out, ref, inputs)[0]
+
+    def error_report(self, out, ref, inputs) -> tuple[float, int, float, float]:
+        """(error, flat index of the worst element, its value, the reference there)."""
+        if out.shape != ref.shape:
+            raise ValueError(f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+        if ref.numel() == 0:
+            return 0.0, -1, float("nan"), float("nan")
+        out64, ref64 = out.double().flatten(), ref.double().flatten()
+        finite_ref = torch.isfinite(ref64)
+        # Special values (torch's own NaN/inf rows) must match exactly; elsewhere: scaled error.
+        special_ok = torch.where(finite_ref, torch.isfinite(out64),
+                                 (out64 == ref64) | (out64.isnan() & ref64.isnan()))
+        scale = torch.as_tensor(self.error_scale(inputs, ref), dtype=torch.float64, device=ref.device)
+        scale = scale.expand_as(ref).flatten().clamp_min(torch.finfo(torch.float64).tiny)
+        diff = torch.where(finite_ref, (out64 - ref64).abs() / scale, torch.zeros_like(ref64))
+        diff = torch.where(special_ok, diff.nan_to_num(float("inf")), torch.full_like(diff, float("inf")))
+        worst = int(diff.argmax())
+        return float(diff[worst]), worst, float(out64[worst]), float(ref64[worst])
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A shape of the ladder tables, with the dtypes measured at it (one table per dtype)."""
+    shape: Shape
+    dtypes: tuple
+    note: str = ""  # shown beside the table title, e.g. "long rows"
 
 
 @dataclass(frozen=True)
 class OpSpec:
     name: str
-    inputs: tuple[str, ...]  # argument names, in order (the torch op schema uses them)
+    position: int  # where the op stands in rosetta.OPS (teaching order)
+    forward: Direction
     check_shapes: Callable  # (label, *inputs) -> None; raises ValueError saying what was expected
-    allocate: Callable  # (*inputs) -> empty output; also the fake (meta) implementation
-    reference: Callable  # (*inputs) -> float64 result computed by torch
-    torch_eager: Callable  # (*inputs, out) -> None: the vendor-library tier, writing into out
-    torch_expr: Callable  # (*inputs) -> result: what torch.compile compiles for its tier
-    make_inputs: Callable  # (shape, dtype, device, generator) -> tuple of fresh random inputs
-    minimal_bytes: Callable  # (shape, dtype) -> bytes an ideal kernel moves through DRAM
-    flops: Callable  # (shape) -> floating-point operations of the op
-    headline: Shape  # the shape of the ladder table
-    sweep: tuple[Shape, ...]  # the throughput-vs-size plot
-    tolerance: dict = field(default_factory=dict)  # dtype -> max relative error vs fp64
-    dtypes: tuple = ALL_FLOAT
+    # The view a kernel receives: (*tensors) -> same tensors reshaped (softmax: rows x cols).
+    # Applied to inputs and output alike; it never copies (a copy is the layout check's business).
+    kernel_view: Callable
+    headlines: tuple[Headline, ...]
+    sweep: tuple[Shape, ...]  # throughput vs size, best steps and tiers
+    sweep_dtype: torch.dtype
+    test_shapes: tuple[Shape, ...]  # GPU: every step x dtype x these (each with a comment in the spec)
+    cpu_shapes: tuple[Shape, ...]  # CPU: Triton steps under the interpreter, small
+    backward: Direction | None = None
+    # Autograd through the same step: setup(ctx, inputs, output) and grads(step_ops, ctx, grad) ->
+    # one gradient per input (None where not needed); step_ops.forward / .backward are that
+    # step's torch ops. None: the op is not differentiable.
+    autograd: tuple[Callable, Callable] | None = None
+    dtypes: tuple = ALL_FLOAT  # what a step takes unless its header says `Dtypes:`
+    layout: str = "contiguous"  # what a step assumes unless its header says `Layout:`
     metric: str = "GB/s"  # what the throughput column reports: "GB/s" or "TFLOP/s"
     ceiling: str = "dram_copy"  # the measured ceiling (hardware.json) that "% of ceiling" divides by
-    # The error's yardstick: ||ref|| by default; a sum uses sum|x| (its condition number).
-    error_scale: Callable = lambda inputs, ref: ref.norm().item()  # noqa: E731
-    tiers: tuple = ()  # reference tiers beyond torch eager/compile, e.g. ("cub",)
+    tiers: tuple = ()  # CUDA-library tiers built beside the steps, e.g. ("cub",)
+    peers: tuple = ()  # peer-library tiers, e.g. ("liger",): bench/tiers.py knows how to run them
+    # Quantities a step's `Max:` header line may bound, e.g. {"cols": lambda x: x.shape[-1]}
+    bounds: dict = field(default_factory=dict)
+    # A step whose first call takes longer than this at a headline shape is timed only at the
+    # shapes where it is quicker (the table says so): the naive matmul at 8192^3 takes seconds.
+    slow_call_ms: float = 200.0
 
-    def relative_error(self, out: torch.Tensor, ref: torch.Tensor, inputs: tuple) -> float:
-        """||out - ref|| / scale in fp64; NaN or Inf anywhere gives inf (never passes)."""
-        out64 = out.double()
-        if not torch.isfinite(out64).all():
-            return float("inf")
-        scale = self.error_scale(inputs, ref)
-        diff = (out64 - ref).norm().item()
-        return diff / scale if scale > 0 else diff
+    def directions(self) -> dict[str, Direction]:
+        return {"forward": self.forward, **({"backward": self.backward} if self.backward else {})}

@@ -1,7 +1,7 @@
 """vector_add: out = x + y, elementwise, same shape and dtype."""
 import torch
 
-from .spec import OpSpec
+from .spec import ALL_FLOAT, Direction, Headline, OpSpec
 
 
 def check_shapes(label, x, y):
@@ -15,20 +15,42 @@ def make_inputs(shape, dtype, device, gen):
                  for _ in range(2))
 
 
+def reference(x, y):
+    # The one correctly rounded add torch does (fp32 math, then the output type), exactly: a kernel
+    # that adds in fp32 and rounds once must match it bit for bit, so the gate compares exactly.
+    return (x.float() + y.float()).to(x.dtype).double()
+
+
 SPEC = OpSpec(
     name="vector_add",
-    inputs=("x", "y"),
+    position=1,
+    forward=Direction(
+        inputs=("x", "y"), output="out", make_inputs=make_inputs,
+        allocate=lambda x, y: torch.empty(x.shape, dtype=x.dtype, device=x.device),
+        reference=reference,
+        error_scale=lambda inputs, ref: 1.0,  # absolute difference: any nonzero one fails
+        tolerance={d: 0.0 for d in ALL_FLOAT},
+        # two reads and one write per element, nothing else
+        minimal_bytes=lambda shape, dtype: 3 * torch.Size(shape).numel() * dtype.itemsize,
+        flops=lambda shape: torch.Size(shape).numel(),
+        torch_eager=lambda x, y, out: torch.add(x, y, out=out),
+        torch_expr=lambda x, y: x + y,
+    ),
     check_shapes=check_shapes,
-    allocate=lambda x, y: torch.empty(x.shape, dtype=x.dtype, device=x.device),
-    reference=lambda x, y: x.double() + y.double(),
-    torch_eager=lambda x, y, out: torch.add(x, y, out=out),
-    torch_expr=lambda x, y: x + y,
-    make_inputs=make_inputs,
-    # two reads and one write per element, nothing else
-    minimal_bytes=lambda shape, dtype: 3 * torch.Size(shape).numel() * dtype.itemsize,
-    flops=lambda shape: torch.Size(shape).numel(),
-    headline=(2**28,),
+    kernel_view=lambda *ts: tuple(t.view(-1) for t in ts),  # contiguous: a free view
+    headlines=(Headline((2**28,), ALL_FLOAT),),
     sweep=tuple((2**k,) for k in range(12, 29, 2)),
-    # one correctly rounded add: half an ulp of the output type, with room for fp64 norms
-    tolerance={torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3},
+    sweep_dtype=torch.float32,
+    test_shapes=(
+        (1,),  # one element, one partial vector
+        (17,),  # prime: scalar tail only, no full 16-byte vector for fp16/bf16 (8 per vector)
+        (4097,),  # 2^12 + 1: one element past a block/vector boundary
+        (2**20 + 3,),  # a full grid-stride sweep plus a 3-element tail
+        (2**28,),  # 1 GiB of fp32: far past the 50 MiB L2, the bench's headline size
+    ),
+    cpu_shapes=(
+        (1,),  # a single element: every lane but one masked off
+        (17,),  # a prime below one block/vector: only the masked tail
+        (100003,),  # a prime over many blocks: the last block partial, n % 8 != 0
+    ),
 )

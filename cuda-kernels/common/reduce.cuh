@@ -12,16 +12,16 @@ namespace rosetta {
 // float per block to dst. Partials ping-pong between two regions of the workspace.
 template <typename BlocksFor, typename Pass>
 cudaError_t reduce_in_passes(const ReduceSumArgs& a, cudaStream_t stream, BlocksFor blocks_for, Pass pass) {
-  if (a.n == 0) return cudaMemsetAsync(a.out, 0, sizeof(float), stream);  // the empty sum
-  const int64_t first = blocks_for(a.n);
-  if (first + blocks_for(first) > a.workspace_floats) return cudaErrorInvalidValue;
-  float* regions[2] = {a.workspace, a.workspace + first};
-  const void* in = a.x;
-  DType dtype = a.dtype;
-  int64_t n = a.n;
+  if (a.x.numel == 0) return cudaMemsetAsync(a.out.ptr<float>(), 0, sizeof(float), stream);  // the empty sum
+  const int64_t first = blocks_for(a.x.numel);
+  float* workspace = a.workspace.get<float>(first + blocks_for(first));
+  float* regions[2] = {workspace, workspace + first};
+  const void* in = a.x.data;
+  DType dtype = a.x.dtype;
+  int64_t n = a.x.numel;
   for (int which = 0;; which ^= 1) {
     const int64_t blocks = blocks_for(n);
-    float* dst = blocks == 1 ? a.out : regions[which];
+    float* dst = blocks == 1 ? a.out.ptr<float>() : regions[which];
     const cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
       pass(static_cast<const decltype(tag)*>(in), n, dst, blocks);
     });

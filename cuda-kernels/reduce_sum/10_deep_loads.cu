@@ -101,16 +101,16 @@ reduce_deep_loads(const T* __restrict__ in, int64_t n, float* __restrict__ parti
 }  // namespace
 
 cudaError_t reduce_sum_10_deep_loads(const rosetta::ReduceSumArgs& a, cudaStream_t stream) {
-  if (a.n == 0) return cudaMemsetAsync(a.out, 0, sizeof(float), stream);
-  const int64_t blocks = std::min<int64_t>(rosetta::ceil_div(a.n, 8192),
+  if (a.x.numel == 0) return cudaMemsetAsync(a.out.ptr<float>(), 0, sizeof(float), stream);
+  const int64_t blocks = std::min<int64_t>(rosetta::ceil_div(a.x.numel, 8192),
                                            int64_t(kBlocksPerSm) * rosetta::sm_count());
-  if (blocks + 1 > a.workspace_floats) return cudaErrorInvalidValue;
-  auto* counter = reinterpret_cast<unsigned*>(a.workspace);  // workspace[0]; partials follow
+  float* workspace = a.workspace.get<float>(blocks + 1);
+  auto* counter = reinterpret_cast<unsigned*>(workspace);  // workspace[0]; partials follow
   const cudaError_t err = cudaMemsetAsync(counter, 0, sizeof(unsigned), stream);
   if (err != cudaSuccess) return err;
-  return rosetta::dispatch_dtype(a.dtype, [&](auto tag) {
+  return rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    reduce_deep_loads<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(a.x), a.n,
-                                                           a.workspace + 1, counter, a.out);
+    reduce_deep_loads<T><<<blocks, kThreads, 0, stream>>>(a.x.ptr<const T>(), a.x.numel,
+                                                           workspace + 1, counter, a.out.ptr<float>());
   });
 }

@@ -14,19 +14,19 @@ struct ToFloat {
 
 }  // namespace
 
-// The workspace doubles as CUB's temporary storage (it asks for a few KB).
+// CUB's temporary storage (a few KB) comes from the launch's workspace.
 cudaError_t reduce_sum_cub(const rosetta::ReduceSumArgs& a, cudaStream_t stream) {
-  if (a.n == 0) return cudaMemsetAsync(a.out, 0, sizeof(float), stream);
+  if (a.x.numel == 0) return cudaMemsetAsync(a.out.ptr<float>(), 0, sizeof(float), stream);
   cudaError_t status = cudaSuccess;
-  const cudaError_t launched = rosetta::dispatch_dtype(a.dtype, [&](auto tag) {
+  const cudaError_t launched = rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    auto in = thrust::make_transform_iterator(static_cast<const T*>(a.x), ToFloat<T>{});
+    auto in = thrust::make_transform_iterator(a.x.ptr<const T>(), ToFloat<T>{});
     size_t bytes = 0;
-    status = cub::DeviceReduce::Sum(nullptr, bytes, in, a.out, a.n, stream);  // size query only
-    if (status == cudaSuccess && bytes > size_t(a.workspace_floats) * sizeof(float)) {
-      status = cudaErrorInvalidValue;
+    float* out = a.out.ptr<float>();
+    status = cub::DeviceReduce::Sum(nullptr, bytes, in, out, a.x.numel, stream);  // size query only
+    if (status == cudaSuccess) {
+      status = cub::DeviceReduce::Sum(a.workspace.get<char>(int64_t(bytes)), bytes, in, out, a.x.numel, stream);
     }
-    if (status == cudaSuccess) status = cub::DeviceReduce::Sum(a.workspace, bytes, in, a.out, a.n, stream);
   });
   return status != cudaSuccess ? status : launched;
 }

@@ -23,12 +23,12 @@ __global__ void vector_add_naive(const T* __restrict__ x, const T* __restrict__ 
 }  // namespace
 
 cudaError_t vector_add_01_naive(const rosetta::VectorAddArgs& a, cudaStream_t stream) {
-  if (a.n == 0) return cudaSuccess;
+  if (a.x.numel == 0) return cudaSuccess;
   constexpr int kThreads = 256;
-  const int64_t blocks = rosetta::ceil_div(a.n, kThreads);
-  return rosetta::dispatch_dtype(a.dtype, [&](auto tag) {
+  const int64_t blocks = rosetta::ceil_div(a.x.numel, kThreads);
+  return rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
     using T = decltype(tag);
     vector_add_naive<T><<<blocks, kThreads, 0, stream>>>(
-        static_cast<const T*>(a.x), static_cast<const T*>(a.y), static_cast<T*>(a.out), a.n);
+        a.x.ptr<const T>(), a.y.ptr<const T>(), a.out.ptr<T>(), a.x.numel);
   });
 }

@@ -26,14 +26,14 @@ __global__ void vector_add_grid_stride(const T* __restrict__ x, const T* __restr
 }  // namespace
 
 cudaError_t vector_add_02_grid_stride(const rosetta::VectorAddArgs& a, cudaStream_t stream) {
-  if (a.n == 0) return cudaSuccess;
+  if (a.x.numel == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   constexpr int kBlocksPerSm = 8;  // 8 x 256 = 2048 threads: a full Hopper SM
-  const int64_t blocks = std::min<int64_t>(rosetta::ceil_div(a.n, kThreads),
+  const int64_t blocks = std::min<int64_t>(rosetta::ceil_div(a.x.numel, kThreads),
                                            int64_t(kBlocksPerSm) * rosetta::sm_count());
-  return rosetta::dispatch_dtype(a.dtype, [&](auto tag) {
+  return rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
     using T = decltype(tag);
     vector_add_grid_stride<T><<<blocks, kThreads, 0, stream>>>(
-        static_cast<const T*>(a.x), static_cast<const T*>(a.y), static_cast<T*>(a.out), a.n);
+        a.x.ptr<const T>(), a.y.ptr<const T>(), a.out.ptr<T>(), a.x.numel);
   });
 }

@@ -60,21 +60,21 @@ int64_t elements_to_alignment(const void* p) {
 }  // namespace
 
 cudaError_t vector_add_03_vectorized(const rosetta::VectorAddArgs& a, cudaStream_t stream) {
-  if (a.n == 0) return cudaSuccess;
+  if (a.x.numel == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   constexpr int kBlocksPerSm = 8;
-  return rosetta::dispatch_dtype(a.dtype, [&](auto tag) {
+  return rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int kVec = 16 / sizeof(T);
     // Vectors need x, y and out to reach a 16-byte boundary after the same number of elements.
-    const int64_t hx = elements_to_alignment<T>(a.x);
-    const bool same = hx >= 0 && hx == elements_to_alignment<T>(a.y) &&
-                      hx == elements_to_alignment<T>(a.out);
-    const int64_t head = same ? std::min<int64_t>(hx, a.n) : a.n;  // head == n: all scalar
-    const int64_t work = std::max<int64_t>((a.n - head) / kVec, std::min<int64_t>(a.n, kVec));
+    const int64_t hx = elements_to_alignment<T>(a.x.data);
+    const bool same = hx >= 0 && hx == elements_to_alignment<T>(a.y.data) &&
+                      hx == elements_to_alignment<T>(a.out.data);
+    const int64_t head = same ? std::min<int64_t>(hx, a.x.numel) : a.x.numel;  // head == n: all scalar
+    const int64_t work = std::max<int64_t>((a.x.numel - head) / kVec, std::min<int64_t>(a.x.numel, kVec));
     const int64_t blocks = std::min<int64_t>(rosetta::ceil_div(work, kThreads),
                                              int64_t(kBlocksPerSm) * rosetta::sm_count());
     vector_add_vectorized<T><<<blocks, kThreads, 0, stream>>>(
-        static_cast<const T*>(a.x), static_cast<const T*>(a.y), static_cast<T*>(a.out), a.n, head);
+        a.x.ptr<const T>(), a.y.ptr<const T>(), a.out.ptr<T>(), a.x.numel, head);
   });
 }

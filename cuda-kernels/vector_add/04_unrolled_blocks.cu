@@ -66,12 +66,12 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 cudaError_t vector_add_04_unrolled_blocks(const rosetta::VectorAddArgs& a, cudaStream_t stream) {
-  if (a.n == 0) return cudaSuccess;
-  const bool aligned = aligned16(a.x) && aligned16(a.y) && aligned16(a.out);
-  return rosetta::dispatch_dtype(a.dtype, [&](auto tag) {
+  if (a.x.numel == 0) return cudaSuccess;
+  const bool aligned = aligned16(a.x.data) && aligned16(a.y.data) && aligned16(a.out.data);
+  return rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int64_t kTile = int64_t(kThreads) * kUnroll * (16 / sizeof(T));
-    vector_add_unrolled<T><<<rosetta::ceil_div(a.n, kTile), kThreads, 0, stream>>>(
-        static_cast<const T*>(a.x), static_cast<const T*>(a.y), static_cast<T*>(a.out), a.n, aligned);
+    vector_add_unrolled<T><<<rosetta::ceil_div(a.x.numel, kTile), kThreads, 0, stream>>>(
+        a.x.ptr<const T>(), a.y.ptr<const T>(), a.out.ptr<T>(), a.x.numel, aligned);
   });
 }

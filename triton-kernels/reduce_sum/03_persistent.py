@@ -12,19 +12,17 @@ Still:    NON-DETERMINISTIC like step 2 (fewer atomics, so a smaller spread). Th
           right). Step 4 trades the atomics for a tiny second pass to become deterministic.
 Limits:   none.
 """
-import os
-
 import torch
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
+from rosetta.triton_kernels.common import sm_count, tuned
+
 PROGRAMS_PER_SM = 4
 
-if os.environ.get("TRITON_INTERPRET") == "1":
-    CONFIGS = [triton.Config({"BLOCK": 1024}, num_warps=4)]  # the interpreter cannot tune
-else:
-    CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (1024, 2048, 4096) for w in (4, 8)]
+CONFIGS = tuned([triton.Config({"BLOCK": b}, num_warps=w) for b in (1024, 2048, 4096) for w in (4, 8)],
+                triton.Config({"BLOCK": 1024}, num_warps=4))
 
 
 @triton.autotune(configs=CONFIGS, key=["n"], reset_to_zero=["out_ptr"])
@@ -45,7 +43,7 @@ def sum_persistent_kernel(
 
 
 def programs_for(x):
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
+    sms = sm_count(x.device)
     return PROGRAMS_PER_SM * sms
 
 

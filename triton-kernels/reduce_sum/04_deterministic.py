@@ -10,19 +10,17 @@ Why:      the same bytes and nearly the same time as step 3, but the result is b
 Still:    two launches; the block size is re-tuned for every new n.
 Limits:   none.
 """
-import os
-
 import torch
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
+from rosetta.triton_kernels.common import sm_count, tuned
+
 PROGRAMS_PER_SM = 4
 
-if os.environ.get("TRITON_INTERPRET") == "1":
-    CONFIGS = [triton.Config({"BLOCK": 1024}, num_warps=4)]
-else:
-    CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (1024, 2048, 4096) for w in (4, 8)]
+CONFIGS = tuned([triton.Config({"BLOCK": b}, num_warps=w) for b in (1024, 2048, 4096) for w in (4, 8)],
+                triton.Config({"BLOCK": 1024}, num_warps=4))
 
 
 @triton.autotune(configs=CONFIGS, key=["n"])
@@ -58,7 +56,7 @@ def launch(x, out):
     if n == 0:
         out.zero_()
         return
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
+    sms = sm_count(x.device)
     programs = PROGRAMS_PER_SM * sms
     # Sized for the largest grid any config can pick; programs that get no block store a 0.
     partials = torch.empty(programs, dtype=torch.float32, device=x.device)

@@ -10,21 +10,15 @@ Still:    the first call for each new n pays the tuning runs (tens of millisecon
           choice is re-made for every distinct size; a real library buckets the key.
 Limits:   none.
 """
-import os
-
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-if os.environ.get("TRITON_INTERPRET") == "1":
-    # The interpreter runs the grid on the CPU and cannot benchmark several configs.
-    CONFIGS = [triton.Config({"BLOCK": 1024}, num_warps=4)]
-else:
-    CONFIGS = [
-        triton.Config({"BLOCK": block}, num_warps=warps)
-        for block in (1024, 2048, 4096, 8192, 16384)
-        for warps in (4, 8, 16)
-    ]
+from rosetta.triton_kernels.common import tuned
+
+CONFIGS = tuned([triton.Config({"BLOCK": block}, num_warps=warps)
+                 for block in (1024, 2048, 4096, 8192, 16384) for warps in (4, 8, 16)],
+                triton.Config({"BLOCK": 1024}, num_warps=4))
 
 
 @triton.autotune(configs=CONFIGS, key=["n"])

@@ -1,0 +1,98 @@
+"""matmul: (M, K) @ (K, N) -> (M, N) as torch.matmul for 2-D inputs, fp32 accumulation, output dtype
+= input dtype. Shapes are written (M, K, N). Differentiable: dA = dC @ B^T and dB = A^T @ dC run
+through the same step, on transposed views."""
+import math
+
+import torch
+
+from .spec import Direction, Headline, OpSpec
+
+FP32 = (torch.float32,)
+HALF = (torch.bfloat16, torch.float16)
+
+
+def check_shapes(label, a, b):
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"{label}: a and b must be 2-D (M, K) and (K, N), got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"{label}: inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "
+                         f"(a.shape[1] must equal b.shape[0])")
+
+
+def make_inputs(shape, dtype, device, gen):
+    m, k, n = shape
+    a = torch.randn((m, k), generator=gen, dtype=torch.float32, device=device).to(dtype)
+    b = torch.randn((k, n), generator=gen, dtype=torch.float32, device=device).to(dtype)
+    return a, b
+
+
+def error_scale(inputs, ref):
+    """Each output against (|A| |B|)_ij: the sum of the magnitudes it accumulated (cancellation
+    cannot make a right answer fail), times max(1, log2 K) for the accumulation order."""
+    a, b = (t.double() for t in inputs)
+    return (a.abs() @ b.abs()) * max(1.0, math.log2(max(a.shape[1], 1)))
+
+
+def autograd_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def autograd_grads(step_ops, ctx, grad):
+    a, b = ctx.saved_tensors
+    grad = grad.to(a.dtype)
+    da = step_ops.forward(grad, b.t()) if ctx.needs_input_grad[0] else None
+    db = step_ops.forward(a.t(), grad) if ctx.needs_input_grad[1] else None
+    return da, db
+
+
+SPEC = OpSpec(
+    name="matmul",
+    position=4,
+    forward=Direction(
+        inputs=("a", "b"), output="out", make_inputs=make_inputs,
+        allocate=lambda a, b: torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device),
+        reference=lambda a, b: a.double() @ b.double(),
+        error_scale=error_scale,
+        # fp32: true fp32 (TF32 would miss by 1e-3); half types: the output's rounding, 2^-11 / 2^-8
+        tolerance={torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3},
+        minimal_bytes=lambda s, dtype: (s[0] * s[1] + s[1] * s[2] + s[0] * s[2]) * dtype.itemsize,
+        flops=lambda s: 2 * s[0] * s[1] * s[2],
+        torch_eager=lambda a, b, out: torch.mm(a, b, out=out),
+        torch_expr=lambda a, b: a @ b,
+    ),
+    autograd=(autograd_setup, autograd_grads),
+    check_shapes=check_shapes,
+    kernel_view=lambda *ts: ts,
+    layout="rows",
+    metric="TFLOP/s",
+    ceiling="fp32_fma",  # per dtype: fp32 steps against the FMA peak, half types against tensor cores
+    headlines=(
+        Headline((2048, 2048, 2048), FP32, "every step, the naive ones included"),
+        Headline((4096, 4096, 4096), (*FP32, *HALF)),
+        Headline((8192, 8192, 8192), (*FP32, *HALF)),
+        Headline((3000, 3000, 3000), (*FP32, *HALF), "odd: no tile divides it"),
+        Headline((4097, 4095, 4099), FP32, "odd: one past / short of every power of two"),
+        Headline((5120, 1536, 3072), HALF, "an LLM projection"),
+    ),
+    sweep=tuple((n, n, n) for n in (256, 512, 1024, 2048, 4096, 8192)),
+    sweep_dtype=torch.float32,
+    test_shapes=(
+        (1, 1, 1),  # a single multiply-add
+        (1, 64, 1),  # one dot product of length 64: the whole K loop for one output
+        (17, 33, 65),  # every dimension prime-ish, none a tile multiple
+        (1000, 1, 999),  # K = 1: one rank-1 update, tiles mostly empty along K
+        (129, 257, 513),  # one past a power of two everywhere: a ragged last tile in M, K and N
+        (64, 4096, 8),  # long K, thin N: N smaller than any tile
+        (3, 5000, 7),  # long K, tiny M and N
+        (5, 0, 6),  # K = 0: the result is zeros
+        (0, 16, 8),  # M = 0: an empty result
+    ),
+    cpu_shapes=(
+        (1, 1, 1),  # a single multiply-add
+        (17, 33, 65),  # no dimension a tile multiple
+        (40, 1, 24),  # K = 1
+        (5, 0, 6),  # K = 0: zeros
+        (0, 16, 8),  # M = 0
+    ),
+    slow_call_ms=150.0,
+)

@@ -1,0 +1,120 @@
+"""softmax over the last dimension (any leading dimensions), fp32 math inside; differentiable:
+the backward is dx = y * (dy - sum(y * dy)) per row, run by the same step's backward kernel."""
+import torch
+
+from .spec import ALL_FLOAT, Direction, Headline, OpSpec
+
+
+def check_shapes(label, *tensors):
+    x = tensors[0]
+    if x.dim() == 0:
+        raise ValueError(f"{label}: softmax needs at least one dimension (the row), got a 0-dim tensor")
+    if any(t.shape != x.shape for t in tensors[1:]):
+        raise ValueError(f"{label}: y and dy must have one shape, got {[tuple(t.shape) for t in tensors]}")
+
+
+def rows_view(*tensors):
+    """rows x cols: every leading dimension folded into rows. view() never copies: a tensor whose
+    leading dimensions cannot fold raises, and the layout check makes it contiguous first."""
+    return tuple(t.view(-1, t.shape[-1]) if t.shape[-1] else t.reshape(-1, 0) for t in tensors)
+
+
+def make_inputs(shape, dtype, device, gen):
+    return (torch.randn(shape, generator=gen, dtype=torch.float32, device=device).mul_(2).to(dtype),)
+
+
+def make_backward_inputs(shape, dtype, device, gen):
+    """y = softmax(x) (a real forward output, rows summing to 1) and a random upstream gradient."""
+    x = torch.randn(shape, generator=gen, dtype=torch.float32, device=device).mul_(2)
+    dy = torch.randn(shape, generator=gen, dtype=torch.float32, device=device)
+    return torch.softmax(x, -1).to(dtype), dy.to(dtype)
+
+
+def forward_scale(inputs, ref):
+    """Relative to each probability, with a floor far below the row's largest one (a kernel that
+    flushes a 1e-40 probability to zero is right) and the output type's smallest normal."""
+    row_max = ref.abs().amax(-1, keepdim=True) if ref.numel() else ref
+    return ref.abs() + 1e-7 * row_max + torch.finfo(inputs[0].dtype).tiny
+
+
+def backward_reference(y, dy):
+    y64, dy64 = y.double(), dy.double()
+    return y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))
+
+
+def backward_scale(inputs, ref):
+    """dx_i = y_i (dy_i - s) cancels; its yardstick is y_i (|dy_i| + sum_j |y_j dy_j|)."""
+    y, dy = (t.double() for t in inputs)
+    return y * (dy.abs() + (y * dy).abs().sum(-1, keepdim=True)) + torch.finfo(inputs[0].dtype).tiny
+
+
+def autograd_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+def autograd_grads(step_ops, ctx, grad):
+    (y,) = ctx.saved_tensors
+    return step_ops.backward(y, grad.to(y.dtype))
+
+
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+SPEC = OpSpec(
+    name="softmax",
+    position=3,
+    forward=Direction(
+        inputs=("x",), output="out", make_inputs=make_inputs,
+        allocate=lambda x: torch.empty(x.shape, dtype=x.dtype, device=x.device),
+        reference=lambda x: torch.softmax(x.double(), -1),
+        error_scale=forward_scale, tolerance=TOLERANCE,
+        minimal_bytes=lambda shape, dtype: 2 * torch.Size(shape).numel() * dtype.itemsize,  # 1 read + 1 write
+        flops=lambda shape: 5 * torch.Size(shape).numel(),  # max, subtract, exp, sum, scale
+        torch_eager=lambda x, out: torch.ops.aten._softmax.out(x, -1, False, out=out),
+        torch_expr=lambda x: torch.softmax(x, -1),
+    ),
+    backward=Direction(
+        inputs=("y", "dy"), output="dx", make_inputs=make_backward_inputs,
+        allocate=lambda y, dy: torch.empty(y.shape, dtype=y.dtype, device=y.device),
+        reference=backward_reference, error_scale=backward_scale, tolerance=TOLERANCE,
+        minimal_bytes=lambda shape, dtype: 3 * torch.Size(shape).numel() * dtype.itemsize,  # 2 reads + 1 write
+        flops=lambda shape: 4 * torch.Size(shape).numel(),
+        torch_eager=lambda y, dy, out: torch.ops.aten._softmax_backward_data.out(dy, y, -1, y.dtype, grad_input=out),
+        torch_expr=lambda y, dy: torch.ops.aten._softmax_backward_data(dy, y, -1, y.dtype),
+    ),
+    autograd=(autograd_setup, autograd_grads),
+    check_shapes=check_shapes,
+    kernel_view=rows_view,
+    layout="rows",
+    headlines=(
+        Headline((4096, 1024), (torch.float32,), "short rows, 32 MB: L2-sized, launch-sensitive"),
+        Headline((4096, 4096), (torch.float32, torch.bfloat16)),
+        Headline((16384, 8192), (torch.bfloat16,)),
+        Headline((32768, 4096), (torch.bfloat16,)),
+        Headline((4096, 131072), (torch.bfloat16,), "long rows: 256 KB a row"),
+        Headline((4096, 262144), (torch.float32,), "long rows: 1 MB a row, more than one SM holds"),
+    ),
+    # row length 256 ... 262,144 at a fixed 256 MB of fp32 input
+    sweep=tuple((2**26 // 2**k, 2**k) for k in range(8, 19)),
+    sweep_dtype=torch.float32,
+    test_shapes=(
+        (1, 1),  # one element: the answer is exactly 1
+        (1, 2),  # two elements, one row: every lane but two masked
+        (7, 3000),  # 3000 = not a power of two, not a multiple of a 16-byte vector of fp32 x warp
+        (64, 1025),  # one past a 1024 tile: a second chunk holding one element
+        (5, 50000),  # a long row on few rows: the block-per-row / looping paths
+        (2, 3, 777),  # leading dimensions folded into rows; 777 odd
+        (300, 4097),  # many rows, one past 4096 (the register-tile size of several steps)
+        (3, 262151),  # 2^18 + 7: the cluster / split-row paths, with a ragged tail
+        (0, 100),  # zero rows: an empty result, no launch
+    ),
+    cpu_shapes=(
+        (1, 1),  # one element
+        (3, 7),  # tiny rows, odd
+        (4, 1025),  # one past a power of two
+        (2, 3, 33),  # leading dimensions
+        (0, 5),  # zero rows
+    ),
+    bounds={"cols": lambda x, *rest: x.shape[-1]},
+    peers=("liger",),
+    ceiling="dram_copy",
+)

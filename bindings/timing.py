@@ -1,0 +1,104 @@
+"""How every number in this project is timed: one call captured as a CUDA graph, its replays timed
+with CUDA events, the L2 flushed *cleanly* before each replay; median and p20/p80.
+
+Why a clean flush: triton.testing.do_bench flushes by zeroing a 256 MB buffer, which leaves ~50 MB
+of dirty lines in L2; their write-back to DRAM then runs inside the next timed kernel (~10 us on
+the H100: torch.sum fp32 2^28 read 2,971 GB/s after a zeroing flush, 3,051 after a read-only one).
+Reading a buffer of 4x the L2 instead evicts every line, and the dirty ones are written back during
+the flush, which is not timed. `sustained` is the third view: many back-to-back calls on rotating
+inputs, where nothing is flushed at all.
+
+Used by the bench and the hardware survey alike (both import this; it imports neither).
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+FLUSH_MODES = ("read", "zero")
+
+
+class Flush:
+    """Evicts the L2 before a timed replay. "read": sum a buffer of >= 4x the L2 (clean: leaves no
+    dirty lines); "zero": overwrite it, as do_bench does (kept to show what it costs)."""
+
+    def __init__(self, mode: str = "read", device=None):
+        if mode not in FLUSH_MODES:
+            raise ValueError(f"flush mode {mode!r}; expected one of {FLUSH_MODES}")
+        device = torch.device(device or torch.cuda.current_device())
+        l2 = torch.cuda.get_device_properties(device).L2_cache_size
+        nbytes = max(256 * 2**20, 4 * l2)
+        self.mode = mode
+        self.buffer = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+        self.sink = torch.empty((), dtype=torch.float32, device=device)
+
+    def __call__(self) -> None:
+        if self.mode == "read":
+            torch.sum(self.buffer, dim=0, out=self.sink)
+        else:
+            self.buffer.zero_()
+
+
+def capture(fn) -> torch.cuda.CUDAGraph:
+    """One call of fn as a CUDA graph (warmed on a side stream first, as capture requires)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def time_calls(call, flush: Flush | None, warmup_ms: float = 25, rep_ms: float = 100,
+               min_reps: int = 5, max_reps: int = 1000) -> dict:
+    """Median and p20/p80 (ms) of `call`, each timed alone between two events after a flush."""
+    Event = torch.cuda.Event
+    flush = flush or (lambda: None)
+    torch.cuda.synchronize()
+    start, end = Event(enable_timing=True), Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        flush()
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 3, 1e-3)  # flush included: it is paid per replay too
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        flush()
+        call()
+    reps = min(max_reps, max(min_reps, int(rep_ms / estimate)))
+    starts = [Event(enable_timing=True) for _ in range(reps)]
+    ends = [Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        flush()
+        s.record()
+        call()
+        e.record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    q = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else times * 9
+    return {"p50_ms": statistics.median(times), "p20_ms": q[1], "p80_ms": q[7], "reps": reps}
+
+
+def measure(fn, flush: Flush | None) -> dict:
+    """fn's time as the replay of a one-call CUDA graph (the host's launch path, tens of us for an
+    autotuned Triton launch, stays out); a step that cannot be captured is timed call by call."""
+    try:
+        replay, how = capture(fn).replay, "graph"
+    except Exception as exc:  # some launch path cannot be captured
+        replay, how = fn, f"events (graph capture failed: {type(exc).__name__})"
+    return {**time_calls(replay, flush), "timing": how}
+
+
+def sustained(make_call, copies: int = 8, calls: int = 64) -> dict:
+    """Back-to-back calls with no flush at all: `make_call(i)` returns a call on the i-th of
+    `copies` input sets (rotating, so no input is L2-resident when it is read again); `calls`
+    calls are captured in one graph and the graph's time is divided by `calls`."""
+    fns = [make_call(i) for i in range(copies)]
+    graph = capture(lambda: [fns[i % copies]() for i in range(calls)])
+    timing = time_calls(graph.replay, None, rep_ms=200)
+    return {k: (v / calls if k.endswith("_ms") else v) for k, v in timing.items()} | {"timing": "sustained"}

@@ -1,0 +1,152 @@
+"""Every step as a torch op: `torch.ops.rosetta.<op>_<backend>_<NN>_<name>` (and `..._backward` for
+an op with a backward), with a fake implementation, so torch.compile(fullgraph=True) traces it and
+torch.library.opcheck passes; differentiable ops get autograd through the same step's kernels.
+
+CUDA steps: the kernel is the C++ op `<qualname>_out` that the generated binding defines
+(TORCH_LIBRARY); the functional op around it is a custom_op. Triton steps: the functional op is a
+triton_op, so torch.compile sees into the kernels. Both run the same host code: make the inputs
+fit the step's layout (copy only if they do not), allocate the output, launch.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+from types import SimpleNamespace
+
+import torch
+
+from .ops import SPECS
+from .steps import REPO, Step, all_steps
+
+
+def interpreting() -> bool:
+    """True under TRITON_INTERPRET=1: Triton steps then run on CPU tensors."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def fits_layout(t: torch.Tensor, layout: str) -> bool:
+    if layout == "any" or t.numel() <= 1:
+        return True
+    if layout == "rows":
+        return t.dim() == 0 or t.stride(-1) == 1 or t.shape[-1] == 1
+    return t.is_contiguous()
+
+
+def kernel_inputs(v: Step, direction: str, inputs: tuple) -> tuple[tuple, list[str]]:
+    """The inputs as the step's kernels see them (the spec's view), each copied to contiguous only
+    when it breaks the step's declared layout or cannot be viewed without a copy. Also returns
+    the names of the copied inputs (the bench reports them instead of timing the copy)."""
+    spec = SPECS[v.op]
+    names = spec.directions()[direction].inputs
+    views, copied = [], []
+    for name, t in zip(names, inputs):
+        try:
+            (view,) = spec.kernel_view(t)
+        except RuntimeError:  # the view would need a copy (e.g. leading dims that cannot fold)
+            view = None
+        if view is None or not fits_layout(view, v.layout):
+            (view,) = spec.kernel_view(t.contiguous())
+            copied.append(name)
+        views.append(view)
+    return tuple(views), copied
+
+
+# ---- the kernels themselves ---------------------------------------------------------------------
+def triton_module(v: Step):
+    """Import a Triton step file (its name starts with a digit, so by path)."""
+    name = f"rosetta.triton_kernels.{v.op}.{REPO.joinpath(v.source).stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / v.source)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _op_name(v: Step, direction: str) -> str:
+    return v.qualname + ("" if direction == "forward" else f"_{direction}")
+
+
+def kernel(v: Step, direction: str):
+    """(*kernel_inputs, out_view) -> None: the step's launch for one direction."""
+    if v.backend == "triton":
+        module = triton_module(v)
+        fn = getattr(module, "launch" if direction == "forward" else f"launch_{direction}", None)
+        if fn is None:
+            raise NotImplementedError(f"{v.source} has no launch_{direction}()")
+        return fn
+    from . import cuda_build
+
+    cuda_build.load()
+    return getattr(torch.ops.rosetta, _op_name(v, direction) + "_out")
+
+
+def raw_launcher(v: Step, direction: str):
+    """The kernel launch with nothing around it (the bench's graph captures exactly this)."""
+    fn = kernel(v, direction)
+    if v.backend == "cuda":
+        return fn
+    from torch._library.triton import set_wrap_triton_enabled
+
+    def plain(*args):
+        with set_wrap_triton_enabled(False):  # a plain launch: nothing is being traced
+            fn(*args)
+
+    return plain
+
+
+# ---- registration -------------------------------------------------------------------------------
+_registered: dict[str, SimpleNamespace] = {}
+
+
+def op(v: Step, direction: str = "forward"):
+    """The registered functional torch op of a step (registering its backend on first use)."""
+    if v.qualname not in _registered:
+        for step in all_steps():
+            if step.backend == v.backend:
+                _registered[step.qualname] = _register(step)
+    return getattr(_registered[v.qualname], direction)
+
+
+def _register(v: Step) -> SimpleNamespace:
+    spec = SPECS[v.op]
+    ops = {}
+    for direction, d in spec.directions().items():
+        name = f"rosetta::{_op_name(v, direction)}"
+        host = _host(v, direction, d)
+        if v.backend == "triton":
+            torch.library.triton_op(name, host, mutates_args=())
+        else:
+            torch.library.custom_op(name, host, mutates_args=())
+            torch.library.register_fake(name)(d.allocate)
+        ops[direction] = getattr(torch.ops.rosetta, _op_name(v, direction)).default
+    step_ops = SimpleNamespace(forward=ops["forward"], backward=ops.get("backward"))
+    if spec.autograd:
+        setup, grads = spec.autograd
+        torch.library.register_autograd(f"rosetta::{v.qualname}",
+                                        lambda ctx, grad: grads(step_ops, ctx, grad), setup_context=setup)
+    return step_ops
+
+
+def _host(v: Step, direction: str, d):
+    """The functional op's body: layout copies if needed, a new output, the launch."""
+    spec = SPECS[v.op]
+    launch = None
+
+    def host(*inputs):
+        nonlocal launch
+        if launch is None:
+            launch = kernel(v, direction)  # resolved at the first call (CUDA: builds the extension)
+        views, _ = kernel_inputs(v, direction, inputs)
+        out = d.allocate(*inputs)
+        launch(*views, *spec.kernel_view(out))
+        return out
+
+    # custom_op/triton_op infer the schema from the signature: one Tensor per named input.
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
+              for n in d.inputs]
+    host.__signature__ = inspect.Signature(params, return_annotation=torch.Tensor)
+    host.__name__ = _op_name(v, direction)
+    return host
