@@ -5,7 +5,7 @@ PY ?= $(VENV)/bin/python
 PYTEST = $(PY) -m pytest
 BENCH = PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench
 
-.PHONY: setup test test-gpu bench bench-quick profile survey log clean
+.PHONY: setup test test-gpu bench bench-quick flush-check profile sanitize survey log clean
 
 # torch==2.13.0 is the CPU build on machines without a GPU (a plain `torch` would pull a multi-GB
 # CUDA build); triton 3.6.0 is the reference GPU's, so the interpreter runs the same Triton there;
@@ -16,11 +16,13 @@ setup:
 	$(VENV)/bin/python -m pip install -q "torch==2.13.0" "triton==3.6.0" "numpy<2.4"
 	$(VENV)/bin/python -m pip install -q -e ".[test]"
 
-# CPU: Triton under the interpreter, nvcc compile checks, registry, harness logic, API errors.
+# CPU: Triton under the interpreter, nvcc + SASS checks, registry, harness logic, API errors,
+# the wheel, and property-based fuzzing (bounded: fixed seed, time budget).
 test:
 	TRITON_INTERPRET=1 $(PYTEST) -m "not gpu" -q
 
-# GPU: every step x dtype x size against fp64, torch.compile + opcheck. `slow`: >= 2^31 elements.
+# GPU: every step x dtype x direction x shape against fp64, autograd, compile, opcheck, fuzzing.
+# `slow`: >= 2^31 elements.
 test-gpu:
 	$(PYTEST) -m "gpu" -q
 
@@ -30,11 +32,19 @@ bench:
 bench-quick:
 	$(BENCH) --quick
 
+# The flush comparison README shows: zeroing flush vs read-only flush vs sustained back-to-back.
+flush-check:
+	$(BENCH) --flush-check
+
 # Nsight Compute over every step (clocks untouched), parsed into results/<gpu>/ncu.csv.
 profile:
-	PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench.profile
+	PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench.nsight
 
-# Measured ceilings of this GPU (copy/read/L2 bandwidth, FP32 FMA, cuBLAS) and the roofline.
+# compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over every step -> sanitize.md.
+sanitize:
+	PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench.sanitize
+
+# Measured ceilings of this GPU (copy/read/write bandwidth, FP32 FMA, tensor cores) and the roofline.
 survey:
 	PYTHONUNBUFFERED=1 $(PY) -m rosetta.survey
 
@@ -43,4 +53,4 @@ log:
 	$(PY) -m rosetta.bench.report
 
 clean:
-	rm -rf .build .pytest_cache
+	rm -rf .build .pytest_cache build dist

@@ -1,4 +1,4 @@
-"""python -m rosetta.bench [--op OP] [--backend B] [--step N] [--quick]
+"""python -m rosetta.bench [--op OP] [--backend B] [--step N] [--quick] [--flush-check]
 
 On a GPU: every tier and step of the selected ops, correctness first, then timing; writes
 results/<gpu>/bench.csv, environment.json and plots, and regenerates the KERNEL_LOG/README tables.
@@ -23,7 +23,9 @@ def parse_args(argv=None):
     p.add_argument("--backend", choices=(*BACKENDS, "torch"), help="only this backend (torch = the tiers)")
     p.add_argument("--step", type=int, help="only this step number (with --backend)")
     p.add_argument("--quick", action="store_true",
-                   help="smoke run: headline shape, first dtype, no sweep; writes bench-quick.csv")
+                   help="smoke run: first headline shape and dtype, no sweep; writes bench-quick.csv")
+    p.add_argument("--flush-check", action="store_true",
+                   help="only the flush comparison: one memory-bound kernel under each flush and sustained")
     return p.parse_args(argv)
 
 
@@ -41,9 +43,9 @@ def main(argv=None) -> int:
 
 def gpu_main(args) -> int:
     import rosetta
-    from rosetta.ops import SPECS
+    from rosetta import timing
 
-    from . import ceilings, environment, report, results, suite
+    from . import ceilings, environment, flush_check, report, results, suite, tables
 
     start = time.monotonic()
     ops = args.op or rosetta.ops_with_steps()
@@ -52,24 +54,29 @@ def gpu_main(args) -> int:
     limits = ceilings.load(out_dir)
     print(f"{env['gpu']} | driver {env['driver']} | CUDA {env['cuda_runtime']} | torch {env['torch']} | "
           f"triton {env['triton']} | {env['git_sha']}\ntiming: {suite.TIMING_METHOD}\n"
-          f"ceilings ({limits['source']}): copy {limits['dram_copy'] and round(limits['dram_copy'])} GB/s, "
-          f"read {limits['dram_read'] and round(limits['dram_read'])} GB/s", flush=True)
+          f"ceilings ({limits['source']}): {ceilings.summary(limits)}", flush=True)
+    if args.flush_check:
+        flush_check.run(out_dir)
+        report.update_docs()
+        return 0
 
     if args.backend in (None, "cuda") and any(rosetta.variants(op, "cuda") for op in ops):
         t0 = time.monotonic()
-        from rosetta import dispatch
+        from rosetta import cuda_build
 
-        dispatch.ensure_loaded("cuda")
+        cuda_build.load()
         print(f"CUDA extension ready in {time.monotonic() - t0:.1f} s", flush=True)
 
     groups = suite.plan(ops, args.quick)
-    per_group = {g: suite.subjects(g.op, args.backend, args.step) for g in groups}
-    progress = suite.Progress(sum(len([s for s in subs if g.dtype in s.dtypes]) for g, subs in per_group.items()))
+    per_group = {g: [s for s in suite.subjects(g.op, args.backend, args.step, g.role, g.dtype) if suite.takes(s, g)]
+                 for g in groups}
+    progress = suite.Progress(sum(len(subs) for subs in per_group.values()))
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
+    flush = timing.Flush("read")
     rows = []
     for group, subs in per_group.items():
-        rows += suite.run_group(group, subs, gen, limits, progress, env["git_sha"])
+        rows += suite.run_group(group, subs, gen, limits, flush, progress, env["git_sha"])
         torch.cuda.empty_cache()
 
     full = not (args.backend or args.step or args.op or args.quick)
@@ -84,9 +91,7 @@ def gpu_main(args) -> int:
     if not args.quick:
         report.regenerate()  # plots (with the roofline) and the README/KERNEL_LOG tables
     for op in ops:
-        dtype = str(SPECS[op].dtypes[0]).removeprefix("torch.")
-        print(f"\n{op} {dtype}, shape {suite.shape_str(SPECS[op].headline)}:\n"
-              + report.tables.ladder_table(rows, op, dtype))
+        print("\n" + tables.all_ladder_tables(rows, op, level="###"))
     wrong = [r["label"] for r in rows if r["status"] != "ok"]
     print(f"wrote {csv_path.relative_to(rosetta.registry.REPO)} ({len(rows)} rows) in "
           f"{time.monotonic() - start:.0f} s" + (f"; NOT OK: {sorted(set(wrong))}" if wrong else ""))

@@ -16,9 +16,14 @@ import torch
 from .ops import OPS, SPECS
 from .ops.spec import LAYOUTS
 
-REPO = Path(__file__).resolve().parent.parent
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "cuda-kernels").is_dir():  # a source checkout (or an editable install of one)
+    REPO = _CHECKOUT
+    KERNEL_DIRS = {"cuda": REPO / "cuda-kernels", "triton": REPO / "triton-kernels"}
+else:  # an installed wheel: the kernel folders are subpackages of rosetta
+    REPO = Path(__file__).resolve().parent
+    KERNEL_DIRS = {"cuda": REPO / "cuda_kernels", "triton": REPO / "triton_kernels"}
 BACKENDS = ("cuda", "triton")
-KERNEL_DIRS = {"cuda": REPO / "cuda-kernels", "triton": REPO / "triton-kernels"}
 SUFFIXES = {"cuda": ".cu", "triton": ".py"}
 
 STEP_FILE = re.compile(r"^(?P<num>\d\d)_(?P<name>[a-z0-9_]+)$")
