@@ -13,21 +13,17 @@ Still:    the memset is a second (tiny) operation on the stream; a kernel that r
           counter could drop it, at the price of a counter shared by all callers.
 Limits:   none. Grid: min(ceil(n/4096), 8 x SMs) blocks; the workspace holds counter + partials.
 */
-#include "rosetta.cuh"
+#include "primitives.cuh"
 
 namespace {
 
+template <typename T>
+__device__ __forceinline__ float vector_sum(const uint4& v) {
+  return rosetta::Vec16<T>{v}.sum();
+}
+
 constexpr int kThreads = 256;
 constexpr int kBlocksPerSm = 8;
-
-template <typename T>
-__device__ __forceinline__ float sum_vector(const uint4& v) {
-  const T* e = reinterpret_cast<const T*>(&v);
-  float s = 0.0f;
-#pragma unroll
-  for (int k = 0; k < int(16 / sizeof(T)); ++k) s += rosetta::to_float(e[k]);
-  return s;
-}
 
 template <typename T>
 __device__ __forceinline__ float thread_sum(const T* __restrict__ in, int64_t n) {
@@ -43,33 +39,22 @@ __device__ __forceinline__ float thread_sum(const T* __restrict__ in, int64_t n)
   int64_t i = tid;
   for (; i + 3 * stride < vecs; i += 4 * stride) {
     const uint4 a = v[i], b = v[i + stride], c = v[i + 2 * stride], d = v[i + 3 * stride];
-    acc0 += sum_vector<T>(a);
-    acc1 += sum_vector<T>(b);
-    acc2 += sum_vector<T>(c);
-    acc3 += sum_vector<T>(d);
+    acc0 += vector_sum<T>(a);
+    acc1 += vector_sum<T>(b);
+    acc2 += vector_sum<T>(c);
+    acc3 += vector_sum<T>(d);
   }
-  for (; i < vecs; i += stride) acc0 += sum_vector<T>(v[i]);
+  for (; i < vecs; i += stride) acc0 += vector_sum<T>(v[i]);
   if (tid < head) acc1 += rosetta::to_float(in[tid]);
   const int64_t tail = head + vecs * kVec;
   if (tid < n - tail) acc2 += rosetta::to_float(in[tail + tid]);
   return (acc0 + acc1) + (acc2 + acc3);
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-  return v;
-}
-
+// Taught by step 8, shared from here on (common/primitives.cuh).
 __device__ __forceinline__ float block_sum(float v) {
-  __shared__ float warp_sums[kThreads / 32];
-  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_sum(v);
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  if (warp == 0) v = warp_sum(lane < kThreads / 32 ? warp_sums[lane] : 0.0f);
-  __syncthreads();  // warp_sums may be reused by the caller's next block_sum
-  return v;
+  __shared__ float scratch[kThreads / 32];
+  return rosetta::block_reduce<kThreads, rosetta::Sum>(v, scratch);
 }
 
 template <typename T>

@@ -13,22 +13,18 @@ Still:    what is left is the DRAM read ceiling the survey measured, and the wri
           whatever dirty lines the previous kernel left in L2.
 Limits:   none. Grid: min(ceil(n/8192), 4 x SMs) blocks; the workspace holds counter + partials.
 */
-#include "rosetta.cuh"
+#include "primitives.cuh"
 
 namespace {
+
+template <typename T>
+__device__ __forceinline__ float vector_sum(const uint4& v) {
+  return rosetta::Vec16<T>{v}.sum();
+}
 
 constexpr int kThreads = 256;
 constexpr int kBlocksPerSm = 4;  // what 64 registers per thread allow
 constexpr int kLoads = 8;  // 16-byte vectors in flight per thread
-
-template <typename T>
-__device__ __forceinline__ float sum_vector(const uint4& v) {
-  const T* e = reinterpret_cast<const T*>(&v);
-  float s = 0.0f;
-#pragma unroll
-  for (int k = 0; k < int(16 / sizeof(T)); ++k) s += rosetta::to_float(e[k]);
-  return s;
-}
 
 template <typename T>
 __device__ __forceinline__ float thread_sum(const T* __restrict__ in, int64_t n) {
@@ -47,9 +43,9 @@ __device__ __forceinline__ float thread_sum(const T* __restrict__ in, int64_t n)
 #pragma unroll
     for (int k = 0; k < kLoads; ++k) w[k] = v[i + k * stride];  // all loads before any add
 #pragma unroll
-    for (int k = 0; k < kLoads; ++k) acc[k] += sum_vector<T>(w[k]);
+    for (int k = 0; k < kLoads; ++k) acc[k] += vector_sum<T>(w[k]);
   }
-  for (; i < vecs; i += stride) acc[0] += sum_vector<T>(v[i]);
+  for (; i < vecs; i += stride) acc[0] += vector_sum<T>(v[i]);
   if (tid < head) acc[1] += rosetta::to_float(in[tid]);
   const int64_t tail = head + vecs * kVec;
   if (tid < n - tail) acc[2] += rosetta::to_float(in[tail + tid]);
@@ -59,21 +55,10 @@ __device__ __forceinline__ float thread_sum(const T* __restrict__ in, int64_t n)
   return total;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-  return v;
-}
-
+// Taught by step 8, shared from here on (common/primitives.cuh).
 __device__ __forceinline__ float block_sum(float v) {
-  __shared__ float warp_sums[kThreads / 32];
-  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_sum(v);
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  if (warp == 0) v = warp_sum(lane < kThreads / 32 ? warp_sums[lane] : 0.0f);
-  __syncthreads();  // warp_sums may be reused by the caller's next block_sum
-  return v;
+  __shared__ float scratch[kThreads / 32];
+  return rosetta::block_reduce<kThreads, rosetta::Sum>(v, scratch);
 }
 
 // At most 4 resident blocks per SM: ptxas may then spend 64 registers per thread.

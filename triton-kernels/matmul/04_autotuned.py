@@ -1,0 +1,118 @@
+"""
+Step 4 — autotuned tile shape, group size, warps and pipeline depth
+Changed:  the kernel is step 3's; @triton.autotune picks BLOCK_M/N/K, GROUP_M, num_warps and
+          num_stages per (M, N, K) and dtype from two short lists: one for fp32 (ieee FFMA) and
+          one for 16-bit inputs (wgmma). The first call for a shape times each config.
+Why:      the two paths want opposite things. fp32 ieee lowers tl.dot to FFMA from shared memory:
+          the limit is registers (a 128 x 128 tile on 256 threads is 64 accumulators + operand
+          fragments per thread) and the FFMA issue rate (~60-67 TFLOP/s peak): BLOCK_K 16-32,
+          8 warps, 3-4 stages. 16-bit wgmma does 16x the flops per cycle, so the limit moves to
+          feeding it: wider tiles (128 x 256 x 64: 2·128·256·64 flops per 48 KB staged = 85 flops
+          per byte of shared memory) and deeper pipelines (3-4 stages x 48 KB <= 227 KB).
+          Prediction: fp32 ~40-45 TFLOP/s at 4096^3 (0.75-0.85x cuBLAS SGEMM); bf16 ~550-650
+          TFLOP/s (0.75-0.85x cuBLAS); the gap on odd and small shapes closes most.
+Still:    every load goes through registers or cp.async issued by all warps, and each program
+          pays its own prologue/epilogue; on Hopper the tensor cores wait on address arithmetic.
+          Step 5 (16-bit) moves loads to TMA and makes the grid persistent.
+Limits:   none.
+Dtypes:   float32, float16, bfloat16
+Layout:   any
+Mirrors:  CUDA steps 07-08 (tile and pipeline tuning) and 09-11 for 16-bit inputs
+"""
+import torch
+import triton
+import triton.language as tl
+from torch.library import wrap_triton
+
+from rosetta.triton_kernels.common import tuned
+
+
+def config(bm, bn, bk, group, warps, stages):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group},
+                         num_warps=warps, num_stages=stages)
+
+
+INTERPRET_CONFIG = config(64, 64, 32, 8, 4, 1)
+# fp32 ieee = FFMA: register-bound, short K slices
+FP32_CONFIGS = tuned([config(*c) for c in [
+    (128, 128, 32, 8, 8, 3),
+    (128, 128, 16, 8, 8, 3),
+    (128, 128, 16, 8, 8, 4),
+    (128, 256, 16, 8, 8, 3),
+    (256, 128, 16, 8, 8, 3),
+    (64, 128, 32, 8, 4, 4),
+    (64, 64, 32, 8, 4, 4),
+]], INTERPRET_CONFIG)
+# fp16/bf16 = wgmma: bandwidth-bound, wide tiles and deep pipelines
+HALF_CONFIGS = tuned([config(*c) for c in [
+    (128, 256, 64, 8, 8, 3),
+    (256, 128, 64, 8, 8, 3),
+    (128, 128, 64, 8, 8, 4),
+    (128, 128, 64, 8, 4, 4),
+    (128, 64, 64, 8, 4, 4),
+    (64, 128, 64, 8, 4, 4),
+    (64, 64, 64, 8, 4, 4),
+]], INTERPRET_CONFIG)
+
+
+@triton.jit
+def matmul_autotuned_kernel(
+    a_ptr,  # A, M x K, any strides
+    b_ptr,  # B, K x N, any strides
+    out_ptr,  # out, M x N, contiguous, same dtype as A
+    M, N, K,
+    stride_am, stride_ak,  # A's strides in elements
+    stride_bk, stride_bn,  # B's strides in elements
+    stride_om,  # out's row stride (its column stride is 1)
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # groups of GROUP_M row blocks; inside a group ids go down the rows first, then across
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (pid // num_pid_in_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)  # the last group may be shorter
+    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64: rows x stride > 2^31
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    row_ok = rows < M
+    col_ok = cols < N
+    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # K == 0: zero iterations, the zero accumulator is stored
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_ok = ks < K - k * BLOCK_K  # the last slice is partial when BLOCK_K does not divide K
+        # other=0.0 on both operands: a padded k adds 0 x 0, a padded row/col is never stored
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        # "ieee": fp32 operands stay fp32 (FFMA, no TF32); 16-bit operands still go to wgmma
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    out_ptrs = out_ptr + rows[:, None] * stride_om + cols[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+
+
+# the same kernel under two tuners; the tuner's cache key is (M, N, K) plus the dtypes of the
+# tensor arguments, so fp16 and bf16 get their own choices from HALF_CONFIGS
+matmul_fp32_tuned = triton.autotune(configs=FP32_CONFIGS, key=["M", "N", "K"])(matmul_autotuned_kernel)
+matmul_half_tuned = triton.autotune(configs=HALF_CONFIGS, key=["M", "N", "K"])(matmul_autotuned_kernel)
+
+
+def launch(a, b, out):
+    M, K = a.shape
+    N = b.shape[1]
+    if M == 0 or N == 0:
+        return
+    kernel = matmul_fp32_tuned if a.dtype == torch.float32 else matmul_half_tuned
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+    wrap_triton(kernel)[grid](
+        a, b, out, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0))

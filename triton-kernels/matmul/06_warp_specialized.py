@@ -1,0 +1,139 @@
+"""
+Step 6 — warp specialization: a producer warp for TMA, the warpgroup for wgmma
+Changed:  the persistent tile loop of step 5 becomes tl.range(..., warp_specialize=True,
+          flatten=False): the compiler splits the loop body into partitions that run on
+          different warps and talk through shared-memory mbarriers: one warp issues the TMA
+          loads into a ring of num_stages buffers, the 4 warps of the default partition (one
+          warpgroup) wait on "full" barriers, run wgmma and the epilogue, and arrive on "empty"
+          barriers. Registers are re-split with setmaxnreg: the producer gives most of its
+          registers back, the consumers take them for the accumulator.
+          Triton 3.6 on sm_90 applies this only to an unflattened loop at num_warps = 4; with
+          flatten=True or 8 warps it compiles step 5's single-stream code and says nothing, so
+          every config here uses 4 warps and no subtiled epilogue. Proof that it took effect:
+          the PTX contains setmaxnreg.dec / setmaxnreg.inc and the SASS USETMAXREG (the compile
+          check counts them); without it there are none.
+Why:      in step 5 one instruction stream does everything; the wait for a K-slice and the
+          epilogue (fp32 -> bf16, 64 KB TMA store per 128 x 256 tile) sit on the critical path
+          of the tensor cores. With a producer warp the next tile's loads are in flight while
+          the consumers store the previous tile, and the consumer's loop is only wait/wgmma/
+          arrive. Prediction: +3-8% over step 5 at 4096^3 and 8192^3 (~700-760 TFLOP/s bf16,
+          0.95-1.0x cuBLAS); more on the short-K shape 5120 x 1536 x 3072, where the epilogue is
+          a larger share of each tile (24 K-steps of 64 per tile).
+Still:    one consumer warpgroup per SM means one 128-row tile in flight: cuBLAS and CUDA step
+          12 run two consumer warpgroups (ping-pong: one in its epilogue while the other
+          multiplies) and CUDA step 13 shares loads across a cluster with TMA multicast; Triton's
+          tl-level language exposes neither (Gluon does).
+Limits:   as step 5: 16-byte aligned bases and rows (16-bit K and N multiples of 8), else
+          ValueError naming step 4. K = 0 writes zeros without a launch.
+Dtypes:   bfloat16, float16
+Layout:   rows
+Mirrors:  CUDA step 12 (warp-specialized producer/consumer), persistent as step 13
+"""
+import torch
+import triton
+import triton.language as tl
+from torch.library import wrap_triton
+
+from rosetta.triton_kernels.common import sm_count, tuned
+
+
+def config(bm, bn, bk, stages):
+    # num_warps = 4: Triton 3.6 warp-specializes on sm_90 only at 4 warps (one consumer warpgroup)
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                         num_warps=4, num_stages=stages)
+
+
+CONFIGS = tuned([config(*c) for c in [
+    (128, 256, 64, 3),
+    (128, 256, 64, 4),
+    (128, 128, 64, 4),
+    (128, 128, 64, 5),
+    (128, 64, 64, 5),
+]], config(64, 64, 32, 1))
+
+
+@triton.jit
+def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """Step 3's grouped order: GROUP_M row blocks, down the rows first, then across."""
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (tile_id // num_pid_in_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % num_pid_in_group) % group_size_m
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.autotune(configs=CONFIGS, key=["M", "N", "K"])
+@triton.jit
+def matmul_warp_specialized_kernel(
+    a_ptr,  # A, M x K, unit column stride, rows 16-byte aligned
+    b_ptr,  # B, K x N, unit column stride, rows 16-byte aligned
+    out_ptr,  # out, M x N, contiguous
+    M, N, K,
+    stride_am, stride_bk, stride_om,  # row strides in elements (the column strides are 1)
+    NUM_SMS: tl.constexpr,  # grid size: one program per SM
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    dtype = out_ptr.dtype.element_ty
+    # descriptors are built on the device into a 128-byte global scratch (triton.set_allocator);
+    # TMA coordinates are per-dimension element indices, so no 64-bit offset arithmetic is needed
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
+                                       block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[stride_om, 1],
+                                       block_shape=[BLOCK_M, BLOCK_N])
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    # warp_specialize=True splits this loop into a TMA-producer partition and the wgmma/epilogue
+    # partition; flatten must stay False on sm_90 or the split is silently dropped
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=False, warp_specialize=True):
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            # rows past M, columns past N and k past K arrive as zeros (TMA's out-of-bounds fill)
+            a = a_desc.load([off_m, ki * BLOCK_K])
+            b = b_desc.load([ki * BLOCK_K, off_n])
+            acc = tl.dot(a, b, acc)
+        c_desc.store([off_m, off_n], acc.to(dtype))  # out-of-bounds parts are clipped
+
+
+def check_tma(step, a, b, out):
+    """TMA's rules for a global tensor: 16-byte aligned base, unit last stride, row stride a
+    multiple of 16 bytes. Raised before any launch; step 4 takes any strides."""
+    for name, t in (("a", a), ("b", b), ("out", out)):
+        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+            raise ValueError(
+                f"matmul step {step} loads through TMA and needs {name} with a 16-byte aligned base, "
+                f"unit column stride and a row stride that is a multiple of 16 bytes (for 16-bit "
+                f"types: K and N multiples of 8); got {name} of shape {tuple(t.shape)}, strides "
+                f"{t.stride()}, address % 16 = {t.data_ptr() % 16}. Step 4 takes any strides.")
+
+
+def set_descriptor_allocator(device):
+    """Device-side descriptors need 128 bytes of global scratch per program, allocated by Triton
+    at launch through this hook; torch's caching allocator makes it stream-ordered and cheap."""
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device=device, dtype=torch.int8))
+
+
+def launch(a, b, out):
+    M, K = a.shape
+    N = b.shape[1]
+    if M == 0 or N == 0:
+        return
+    if K == 0:
+        out.zero_()  # an empty sum; a descriptor with a zero extent is not valid TMA state
+        return
+    check_tma(6, a, b, out)
+    set_descriptor_allocator(a.device)
+    num_sms = sm_count(a.device)
+    grid = lambda meta: (min(num_sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
+    wrap_triton(matmul_warp_specialized_kernel)[grid](
+        a, b, out, M, N, K, a.stride(0), b.stride(0), out.stride(0), NUM_SMS=num_sms)

@@ -1,0 +1,235 @@
+"""
+Step 4 — split rows: a long row spread over programs, partials exchanged through L2
+Changed:  a row longer than a register tile is cut into chunks, one program each, and the chunk
+          stays in that program's registers. Each program publishes its chunk's (max, sum) (the
+          backward: its partial dot) to a workspace, bumps the row's arrival counter, spins until
+          all of the row's chunks have arrived, combines the partials (fixed order: deterministic)
+          and writes its chunk from registers. Short rows: step 3's single load, ROWS rows per
+          program. Tiles, warps and rows per program come from a host table.
+Why:      4,096 rows of 262,144 fp32 are 1 MB each: too big for one SM's registers, so steps
+          2-3 read every row twice (8 GB of traffic for 4 GB out, <= 2,000 GB/s). Chunks of
+          8-16 K elements fit, and the whole machine works on a few rows at a time: 1 read +
+          1 write forward (2·n bytes), 2 + 1 backward (3·n), plus 8 bytes per chunk of
+          partials. Prediction: ~2,700-2,900 GB/s on bf16 4096 x 131072 and fp32 4096 x 262144,
+          like the short rows that fit.
+          What Triton's model makes hard: programs are independent — no thread-block clusters,
+          no distributed shared memory (CUDA step 6 exchanges the partials through DSMEM inside
+          one cluster with a hardware barrier), and no grid-wide barrier. The exchange here goes
+          through global memory (L2) and a spin-wait Triton does not sanction: it is safe only
+          because (a) chunks take their work from an atomic ticket, so the chunks claimed are
+          always a prefix of the work and every claimed chunk publishes before it waits, and
+          (b) a row has at most as many chunks as the GPU has SMs, so a row's chunks can always
+          be resident together. The cost: a ticket, a counter bump and a few polls per
+          chunk (L2 atomics), and an all-zero counter array (a memset) per launch.
+Still:    the chunks of a row wait for each other; a row longer than SMs x SPLIT_TILE (1.08 M elements
+          forward, 540 K backward on 132 SMs) takes each chunk in several tiles and reads it
+          twice (the second read right after the first, usually from L2). Under
+          TRITON_INTERPRET=1 programs run one after another and cannot wait for each other:
+          sm_count is 1 there, so a split row is one chunk (of one or several tiles), and only a
+          GPU exercises the exchange between chunks.
+Limits:   none (any row length; 64-bit offsets).
+Layout:   rows
+Mirrors:  CUDA step 6 (a long row spread over a cluster), with L2 in place of DSMEM; short
+          rows as CUDA step 5
+"""
+import torch
+import triton
+import triton.language as tl
+from torch.library import wrap_triton
+
+from rosetta.triton_kernels.common import INTERPRET, sm_count
+
+# Register tiles: the longest row one program holds, per tensor held (forward x; backward y, dy):
+# 32 fp32 values per thread at 32 warps (64 registers is the cap at 1,024 threads).
+MAX_TILE = {1: 32768, 2: 16384}
+SPLIT_TILE = {1: 8192, 2: 4096}  # a chunk: 32 values (fwd) / 2 x 16 (bwd) per thread at 8 warps
+SPLIT_WARPS = 8
+
+
+@triton.jit
+def _claim(sync_ptr, rows, chunks, SPLIT: tl.constexpr):
+    """Which (row, chunk) this program does. Split rows take an atomic ticket (sync_ptr[rows]):
+    work is claimed in order, so a program only ever waits for chunks already being worked on."""
+    if SPLIT:
+        unit = tl.atomic_add(sync_ptr + rows, 1, sem="relaxed")
+    else:
+        unit = tl.program_id(0)
+    return (unit // chunks).to(tl.int64), unit % chunks
+
+
+@triton.jit
+def _wait_for_row(sync_ptr, row, chunks):
+    """Announce this chunk's partial, then spin until every chunk of `row` has announced."""
+    tl.debug_barrier()  # every thread's partial store is ordered before the release below
+    tl.atomic_add(sync_ptr + row, 1, sem="release")
+    while tl.atomic_add(sync_ptr + row, 0, sem="acquire") < chunks:
+        pass
+
+
+@triton.jit
+def softmax_split_kernel(
+    x_ptr,  # input, rows x cols, unit column stride
+    out_ptr,  # output, contiguous rows x cols
+    part_ptr,  # float32[2, rows, chunks]: each chunk's max, then its sum of exp(x - max)
+    sync_ptr,  # int32[rows + 1], zeroed: per-row arrival counters, then the ticket counter
+    rows,
+    cols,
+    x_row_stride,
+    chunks,  # chunks per row (1: rows fit a tile)
+    chunk_len,  # elements per chunk: a multiple of BLOCK
+    BLOCK: tl.constexpr,  # elements per tile
+    ROWS: tl.constexpr,  # rows per program (1 when split)
+    SPLIT: tl.constexpr,  # exchange partials between the chunks of a row
+    ONE_TILE: tl.constexpr,  # chunk_len == BLOCK: the chunk stays in registers
+    CHUNKS_P2: tl.constexpr,  # next_power_of_2(chunks)
+):
+    row, chunk = _claim(sync_ptr, rows, chunks, SPLIT)
+    r = row * ROWS + tl.arange(0, ROWS)  # 64-bit: r * stride passes 2^31 on big inputs
+    c = chunk * chunk_len + tl.arange(0, BLOCK)
+    x_rows = x_ptr + r[:, None] * x_row_stride
+    out_rows = out_ptr + r[:, None] * cols
+    end = tl.minimum(chunk * chunk_len + chunk_len, cols)
+    if ONE_TILE:
+        mask = (r < rows)[:, None] & (c < end)[None, :]
+        # other=-inf: padding loses the max, adds exp(-inf) = 0; padding rows are never stored.
+        x = tl.load(x_rows + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+        m = tl.max(x, axis=1)
+        # An all -inf chunk of a row with finite values elsewhere must publish sum 0, not
+        # exp(-inf - -inf) = NaN: shift it by 0. (An all -inf row ends NaN below, as torch.)
+        shift = tl.where(m == -float("inf"), 0.0, m)
+        e = tl.exp(x - shift[:, None])
+        d = tl.sum(e, axis=1)
+    else:
+        # A chunk of several tiles (rows past SMs x BLOCK): step 2's per-lane online loop.
+        m_lane = tl.full([ROWS, BLOCK], -float("inf"), tl.float32)
+        d_lane = tl.zeros([ROWS, BLOCK], tl.float32)
+        for start in range(0, chunk_len, BLOCK):
+            mask = (r < rows)[:, None] & (c + start < end)[None, :]
+            x = tl.load(x_rows + c[None, :] + start, mask=mask, other=-float("inf")).to(tl.float32)
+            m_new = tl.maximum(m_lane, x)
+            lane_shift = tl.where(m_new == -float("inf"), 0.0, m_new)
+            d_lane = d_lane * tl.exp(m_lane - lane_shift) + tl.exp(x - lane_shift)
+            m_lane = m_new
+        m = tl.max(m_lane, axis=1)
+        shift = tl.where(m == -float("inf"), 0.0, m)
+        d = tl.sum(d_lane * tl.exp(m_lane - shift[:, None]), axis=1)
+    if SPLIT:  # ROWS == 1: combine the row's partials into the row's (max, sum)
+        k = tl.arange(0, CHUNKS_P2)
+        m_part = part_ptr + row * chunks
+        d_part = part_ptr + (rows + row) * chunks
+        tl.store(m_part + chunk, tl.max(m, axis=0))
+        tl.store(d_part + chunk, tl.sum(d, axis=0))
+        _wait_for_row(sync_ptr, row, chunks)
+        # .cg: read the partials from L2, where the other SMs' stores are, never from this L1.
+        ms = tl.load(m_part + k, mask=k < chunks, other=-float("inf"), cache_modifier=".cg")
+        ds = tl.load(d_part + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
+        m_row = tl.max(ms, axis=0)
+        # exp(-inf - m_row) = 0 drops empty chunks; m_row = -inf (all -inf row) or a NaN/+inf
+        # partial sum (+inf or NaN in the row) makes the row's sum NaN: the whole row NaN.
+        d_row = tl.sum(ds * tl.exp(ms - m_row), axis=0)
+        scale = tl.exp(shift - m_row) / d_row  # [ROWS]: e = exp(x - shift) rescaled to m_row
+    else:
+        scale = 1.0 / d
+    if ONE_TILE:
+        tl.store(out_rows + c[None, :], (e * scale[:, None]).to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        for start in range(0, chunk_len, BLOCK):  # the second read of the chunk, just after the first
+            mask = (r < rows)[:, None] & (c + start < end)[None, :]
+            x = tl.load(x_rows + c[None, :] + start, mask=mask, other=0.0).to(tl.float32)
+            y = tl.exp(x - shift[:, None]) * scale[:, None]
+            tl.store(out_rows + c[None, :] + start, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def softmax_split_backward_kernel(
+    y_ptr,  # forward output, rows x cols, unit column stride
+    dy_ptr,  # gradient of the output, rows x cols, unit column stride
+    dx_ptr,  # gradient of the input, contiguous rows x cols
+    part_ptr,  # float32[rows, chunks]: each chunk's partial dot
+    sync_ptr,  # int32[rows + 1], zeroed
+    rows,
+    cols,
+    y_row_stride,
+    dy_row_stride,
+    chunks,
+    chunk_len,
+    BLOCK: tl.constexpr,
+    ROWS: tl.constexpr,
+    SPLIT: tl.constexpr,
+    ONE_TILE: tl.constexpr,
+    CHUNKS_P2: tl.constexpr,
+):
+    row, chunk = _claim(sync_ptr, rows, chunks, SPLIT)
+    r = row * ROWS + tl.arange(0, ROWS)
+    c = chunk * chunk_len + tl.arange(0, BLOCK)
+    y_rows = y_ptr + r[:, None] * y_row_stride
+    dy_rows = dy_ptr + r[:, None] * dy_row_stride
+    dx_rows = dx_ptr + r[:, None] * cols
+    end = tl.minimum(chunk * chunk_len + chunk_len, cols)
+    if ONE_TILE:
+        mask = (r < rows)[:, None] & (c < end)[None, :]
+        y = tl.load(y_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)  # other=0: adds 0 to the dot
+        dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        dot = tl.sum(y * dy, axis=1)
+    else:
+        acc = tl.zeros([ROWS, BLOCK], tl.float32)
+        for start in range(0, chunk_len, BLOCK):
+            mask = (r < rows)[:, None] & (c + start < end)[None, :]
+            acc += (tl.load(y_rows + c[None, :] + start, mask=mask, other=0.0).to(tl.float32)
+                    * tl.load(dy_rows + c[None, :] + start, mask=mask, other=0.0).to(tl.float32))
+        dot = tl.sum(acc, axis=1)
+    if SPLIT:
+        k = tl.arange(0, CHUNKS_P2)
+        tl.store(part_ptr + row * chunks + chunk, tl.sum(dot, axis=0))
+        _wait_for_row(sync_ptr, row, chunks)
+        parts = tl.load(part_ptr + row * chunks + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
+        dot = tl.zeros([ROWS], tl.float32) + tl.sum(parts, axis=0)
+    if ONE_TILE:
+        tl.store(dx_rows + c[None, :], (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty), mask=mask)
+    else:
+        for start in range(0, chunk_len, BLOCK):
+            mask = (r < rows)[:, None] & (c + start < end)[None, :]
+            y = tl.load(y_rows + c[None, :] + start, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_rows + c[None, :] + start, mask=mask, other=0.0).to(tl.float32)
+            tl.store(dx_rows + c[None, :] + start, (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+def plan(rows, cols, tensors, device):
+    """(grid, chunks, chunk_len, meta): the host table. `tensors` is 1 forward, 2 backward."""
+    # The interpreter splits rows from 1,025 elements on, so CPU tests reach the split path.
+    if cols <= (1024 if INTERPRET else MAX_TILE[tensors]):
+        block = triton.next_power_of_2(cols)
+        # Short rows: several per program, ~16 values per thread per tensor (~8 KB per tile).
+        row_tile = min(max(1, 8192 // tensors // block), triton.next_power_of_2(rows))
+        warps = max(1, min(32, row_tile * block * tensors // 512))
+        meta = dict(BLOCK=block, ROWS=row_tile, SPLIT=False, ONE_TILE=True, CHUNKS_P2=1, num_warps=warps)
+        return (triton.cdiv(rows, row_tile),), 1, block, meta
+    block = SPLIT_TILE[tensors]
+    # At most one chunk per SM (deadlock freedom, see Why): longer rows get chunks of several tiles.
+    tiles = triton.cdiv(triton.cdiv(cols, block), sm_count(device))
+    chunk_len = tiles * block
+    chunks = triton.cdiv(cols, chunk_len)
+    meta = dict(BLOCK=block, ROWS=1, SPLIT=True, ONE_TILE=tiles == 1,
+                CHUNKS_P2=triton.next_power_of_2(chunks), num_warps=SPLIT_WARPS)
+    return (rows * chunks,), chunks, chunk_len, meta
+
+
+def launch(x, out):
+    rows, cols = x.shape
+    if rows == 0 or cols == 0:
+        return
+    grid, chunks, chunk_len, meta = plan(rows, cols, 1, x.device)
+    part = torch.empty(2 * rows * chunks if meta["SPLIT"] else 1, dtype=torch.float32, device=x.device)
+    sync = torch.zeros(rows + 1 if meta["SPLIT"] else 1, dtype=torch.int32, device=x.device)
+    wrap_triton(softmax_split_kernel)[grid](x, out, part, sync, rows, cols, x.stride(0), chunks, chunk_len, **meta)
+
+
+def launch_backward(y, dy, dx):
+    rows, cols = y.shape
+    if rows == 0 or cols == 0:
+        return
+    grid, chunks, chunk_len, meta = plan(rows, cols, 2, y.device)
+    part = torch.empty(rows * chunks if meta["SPLIT"] else 1, dtype=torch.float32, device=y.device)
+    sync = torch.zeros(rows + 1 if meta["SPLIT"] else 1, dtype=torch.int32, device=y.device)
+    wrap_triton(softmax_split_backward_kernel)[grid](y, dy, dx, part, sync, rows, cols, y.stride(0), dy.stride(0),
+                                                     chunks, chunk_len, **meta)
