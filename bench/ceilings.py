@@ -1,35 +1,87 @@
-"""The ceilings that "% of ceiling" divides by: measured by `make survey` when
-results/<gpu>/hardware.json exists, else theoretical peaks from the device's facts (warned)."""
+"""The ceilings that "% of ceiling" divides by: the best probe `make survey` measured for each
+(results/<gpu>/hardware.json; see rosetta.survey.best), with the theoretical peak beside it. With no
+hardware.json the theoretical peaks stand in for both (warned)."""
 from __future__ import annotations
 
 import json
 import warnings
 
+from rosetta.survey import best
+from rosetta.survey import facts as device_facts
+
+COMPUTE = ("fp32_fma", "tensor")  # spec ceilings where the dtype picks the unit that does the work
+
 
 def load(results_dir) -> dict:
-    """{"dram_copy": GB/s, "dram_read": GB/s, "fp32_fma": TFLOP/s, "tensor": {dtype: TFLOP/s},
-    "source": "measured" | "theoretical"}; each OpSpec names the one it is measured against."""
+    """{"dram_copy", "dram_read", "dram_write", "l2_read": GB/s, "fp32_fma": TFLOP/s,
+    "tensor": {"bfloat16", "float16", "tf32", "float32" (= fp32_fma): TFLOP/s},
+    "theoretical": {the same keys}, "best": {ceiling: winning probe}, "source": "measured" | "theoretical"};
+    a value is None where nothing measured it (or no peak is known)."""
     path = results_dir / "hardware.json"
     if path.exists():
-        m = json.loads(path.read_text())["measured"]
-        return {"dram_copy": m["dram_copy_own"]["median"], "dram_read": m["dram_read"]["median"],
-                "fp32_fma": m["fp32_fma"]["tflops"],
-                "tensor": {k: v["median"] for k, v in m.get("tensor", {}).items()}, "source": "measured"}
+        return {**from_hardware(json.loads(path.read_text())), "source": "measured"}
     warnings.warn(f"no {path.name} in {results_dir}: % of ceiling uses theoretical peaks "
                   "(run `make survey` for measured ones)")
     return {**theoretical(), "source": "theoretical"}
 
 
+def from_hardware(hw: dict) -> dict:
+    c = best.ceilings(hw)
+    return {**_nest({k: v["value"] for k, v in c.items()}),
+            "theoretical": _nest({k: v["theoretical"] for k, v in c.items()}),
+            "best": {k: v["probe"] for k, v in c.items()}}
+
+
 def theoretical() -> dict:
-    """Peak DRAM bandwidth from memory clock and bus width (CuPy reads both; torch does not)."""
-    from rosetta.survey.facts import dram_peak_gbps
-
+    """Peaks from this device's facts (CuPy reads memory clock and bus width); None without CuPy."""
     try:
-        import cupy
+        peaks = device_facts.theoretical_peaks(device_facts.collect())
+        flat = {k: peaks[key]["value"] if key else None
+                for k, (_, key, _) in best.CEILINGS.items()}
+    except Exception:  # no CuPy or no GPU: no ceilings
+        flat = dict.fromkeys(best.CEILINGS)
+    return {**_nest(flat), "theoretical": _nest(flat), "best": {}}
 
-        rt = cupy.cuda.runtime
-        gbps = dram_peak_gbps(rt.deviceGetAttribute(rt.cudaDevAttrMemoryClockRate, 0) / 1e3,
-                              rt.deviceGetAttribute(rt.cudaDevAttrGlobalMemoryBusWidth, 0))
-    except Exception:  # no CuPy: no bandwidth ceiling
-        gbps = None
-    return {"dram_copy": gbps, "dram_read": gbps, "fp32_fma": None, "tensor": {}}
+
+def _nest(flat: dict) -> dict:
+    """Flat ceiling names ("tensor.bfloat16") -> the bench's layout (limits["tensor"]["bfloat16"]);
+    tensor["float32"] is the FP32 FMA ceiling: a true-fp32 matmul runs on the FMA pipes."""
+    out = {k: v for k, v in flat.items() if not k.startswith("tensor.")}
+    out["tensor"] = {k.removeprefix("tensor."): v for k, v in flat.items() if k.startswith("tensor.")}
+    out["tensor"]["float32"] = flat.get("fp32_fma")
+    return out
+
+
+def ceiling_for(limits: dict, spec_ceiling: str, dtype_name: str) -> tuple:
+    """(measured, theoretical) for an op's `spec.ceiling` at a dtype ("float32", "bfloat16", ...).
+    "dram_copy" / "dram_read" / "dram_write": the bandwidth, whatever the dtype. "fp32_fma" or
+    "tensor" (compute-bound ops, i.e. matmul): the dtype picks the unit — float32 the FP32 FMA
+    ceiling, half types their tensor-core ceiling. Either is None where unknown (no % then)."""
+    def pick(table):
+        if not table:
+            return None
+        if spec_ceiling in COMPUTE:
+            tensor = table.get("tensor") or {}
+            return tensor.get(dtype_name, table.get("fp32_fma") if dtype_name == "float32" else None)
+        return table.get(spec_ceiling)
+
+    return pick(limits), pick((limits or {}).get("theoretical"))
+
+
+def summary(limits: dict) -> str:
+    """One line for the README and the bench's banner: each ceiling, its best probe, % of peak."""
+    t, b = limits.get("theoretical") or {}, limits.get("best") or {}
+    rows = [(label, limits.get(k), t.get(k), "GB/s", b.get(k), ",.0f") for k, label in
+            (("dram_copy", "DRAM copy"), ("dram_read", "read"), ("dram_write", "write"))]
+    rows.append(("FP32 FMA", limits.get("fp32_fma"), t.get("fp32_fma"), "TFLOP/s", b.get("fp32_fma"), ".1f"))
+    tensor, tensor_t = limits.get("tensor") or {}, t.get("tensor") or {}
+    rows += [(f"{k} tensor", tensor.get(k), tensor_t.get(k), "TFLOP/s", b.get(f"tensor.{k}"), ",.0f")
+             for k in ("bfloat16", "float16", "tf32") if tensor.get(k) is not None]
+    parts = []
+    for label, measured, peak, unit, probe, fmt in rows:
+        if measured is None:
+            parts.append(f"{label} –")
+            continue
+        notes = [n for n in (probe, f"{100 * measured / peak:.0f}% of {peak:{fmt}} theoretical" if peak else None) if n]
+        parts.append(f"{label} {measured:{fmt}} {unit}" + (f" ({', '.join(notes)})" if notes else ""))
+    return "; ".join(parts)

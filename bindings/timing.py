@@ -58,6 +58,7 @@ def time_calls(call, flush: Flush | None, warmup_ms: float = 25, rep_ms: float =
     """Median and p20/p80 (ms) of `call`, each timed alone between two events after a flush."""
     Event = torch.cuda.Event
     flush = flush or (lambda: None)
+    call()  # a fresh graph's first replay is slower: keep it out of the estimate
     torch.cuda.synchronize()
     start, end = Event(enable_timing=True), Event(enable_timing=True)
     start.record()

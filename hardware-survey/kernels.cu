@@ -14,6 +14,16 @@ copy_f4(const float4* __restrict__ src, float4* __restrict__ dst, long long n4) 
   for (int u = 0; u < 4; ++u) dst[base + u * 256] = v[u];
 }
 
+// Write-only: the copy's stores without its loads (same tiling). n4 % (256 * 4) == 0.
+extern "C" __global__ void __launch_bounds__(256)
+write_f4(float4* __restrict__ dst, long long n4, float value) {
+  const long long base = (long long)blockIdx.x * 1024 + threadIdx.x;
+  float4 v;
+  v.x = v.y = v.z = v.w = value;
+#pragma unroll
+  for (int u = 0; u < 4; ++u) dst[base + u * 256] = v;
+}
+
 // Read-only: each thread sums its share with four independent chains. The sum is written only
 // if it equals an impossible value, which keeps every load live at no store cost. __ldcg reads
 // through L2 but not L1: repeated passes over a small working set must measure L2, not L1.
@@ -57,3 +67,47 @@ fma_chains(float* __restrict__ out, int iters, float m, float c) {
   }
   out[(long long)blockIdx.x * blockDim.x + threadIdx.x] = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
 }
+
+// Tensor-core rate with no memory traffic: each warp runs 8 independent chains of
+// mma.sync m16n8k16 (fp32 accumulate) on fragments that never leave registers; 8 chains x 8 warps
+// per scheduler keep far more MMAs in flight than the pipe's latency needs. 16 x 8 x 16 x 2 =
+// 4096 flop per MMA. __launch_bounds__(256, 4) caps registers so 4 blocks fit on every SM: the
+// host launches exactly SMs x 4 blocks, one wave, no tail. `bits` packs two 16-bit values.
+template <bool kBf16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  if constexpr (kBf16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void mma_chains(float* __restrict__ out, int iters, unsigned bits) {
+  const unsigned a[4] = {bits, bits ^ threadIdx.x, bits, bits};  // runtime values: nothing folds
+  const unsigned b[2] = {bits, bits};
+  float d[8][4] = {};
+#pragma unroll
+  for (int c = 0; c < 8; ++c) d[c][0] = c;  // distinct chains: identical ones could be merged
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c) mma_16816<kBf16>(d[c], a, b);
+    }
+  }
+  float total = 0.f;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) total += (d[c][0] + d[c][1]) + (d[c][2] + d[c][3]);
+  out[(long long)blockIdx.x * blockDim.x + threadIdx.x] = total;  // stored: every chain stays live
+}
+
+extern "C" __global__ void __launch_bounds__(256, 4)
+mma_bf16_chains(float* __restrict__ out, int iters, unsigned bits) { mma_chains<true>(out, iters, bits); }
+
+extern "C" __global__ void __launch_bounds__(256, 4)
+mma_f16_chains(float* __restrict__ out, int iters, unsigned bits) { mma_chains<false>(out, iters, bits); }

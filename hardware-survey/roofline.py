@@ -1,91 +1,147 @@
-"""The roofline: measured ceilings as roofs, every step and reference tier as a point at the op's
-arithmetic intensity (flops / minimal bytes) and achieved FLOP/s, from bench.csv."""
+"""The roofline: the measured ceilings as roofs, every step and reference tier as a point at its op's
+true arithmetic intensity (flops / minimal DRAM bytes) and achieved TFLOP/s, from bench.csv.
+Points never move (a point moved sideways sits under a different roof); labels move instead."""
 from __future__ import annotations
 
+import csv
+import math
 from pathlib import Path
 
-from rosetta.bench.plots import COLORS, plt, save
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.transforms import blended_transform_factory  # noqa: E402
+
+from . import best  # noqa: E402
+from .labels import place_labels  # noqa: E402
+
+DPI = 110
+COLORS = {"torch": "black", "cub": "tab:purple", "cuda": "tab:green", "triton": "tab:blue"}
 MARKERS = {"cuda": "o", "triton": "s", "torch": "*", "cub": "P"}
 
 
+def read_rows(path: Path) -> list[dict]:
+    """bench.csv as plain dicts (points() converts what it needs): the survey reads the bench's
+    file, it does not import the bench."""
+    if not Path(path).exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def points(rows: list[dict]) -> list[dict]:
-    """Headline rows of each op's first dtype -> {label, backend, intensity, tflops}."""
+    """Headline rows of each op's first dtype, both directions -> {label, op, direction, backend,
+    shape, intensity, tflops}; intensity and flops from the op's spec, time from the row."""
     import torch
 
     from rosetta.ops import SPECS
 
     found = []
     for r in rows:
-        spec = SPECS.get(r["op"])
-        if not spec or r["status"] != "ok" or r["role"] != "headline":
+        spec, direction = SPECS.get(r["op"]), r.get("direction") or "forward"
+        if not spec or r["status"] != "ok" or r["role"] != "headline" or not r.get("p50_ms"):
             continue
-        if r["dtype"] != str(spec.dtypes[0]).removeprefix("torch."):
+        d = spec.directions().get(direction)
+        if d is None or r["dtype"] != str(spec.dtypes[0]).removeprefix("torch."):
             continue
-        shape = tuple(int(s) for s in r["shape"].split("x"))
-        flops = spec.flops(shape)
-        intensity = flops / spec.minimal_bytes(shape, getattr(torch, r["dtype"]))
-        found.append({"label": r["label"], "backend": r["backend"], "intensity": intensity,
-                      "tflops": flops / (r["p50_ms"] * 1e-3) / 1e12})
+        shape = tuple(int(s) for s in str(r["shape"]).split("x"))
+        flops = d.flops(shape)
+        found.append({"label": r["label"], "op": r["op"], "direction": direction, "backend": r["backend"],
+                      "shape": r["shape"], "intensity": flops / d.minimal_bytes(shape, getattr(torch, r["dtype"])),
+                      "tflops": flops / (float(r["p50_ms"]) * 1e-3) / 1e12})
     return found
 
 
-def _roofs(ax, hardware: dict, xs: list[float]) -> None:
-    m = hardware["measured"]
-    dram = m["dram_copy_own"]["median"] / 1e3  # TB/s
-    l2 = m["l2_read"]["median"] / 1e3
-    fma = m["fp32_fma"]["tflops"]
-    tensor = m.get("tensor", {}).get("bf16", {}).get("median")
-    ax.plot(xs, [min(x * dram, fma) for x in xs], color="tab:red",
-            label=f"DRAM {dram:.2f} TB/s | FP32 FMA {fma:.1f} TFLOP/s")
-    ax.plot(xs, [min(x * l2, fma) for x in xs], color="tab:orange", linestyle="--", label=f"L2 {l2:.1f} TB/s")
-    if tensor:
-        ax.plot(xs, [min(x * dram, tensor) for x in xs], color="tab:brown", linestyle=":",
-                label=f"bf16 tensor (cuBLAS) {tensor:.0f} TFLOP/s")
+def _roofs(ax, ceilings: dict, xs: list[float]) -> None:
+    value = lambda k: ceilings.get(k, {}).get("value")  # noqa: E731
+    fma = value("fp32_fma") or float("inf")
+    for key, color, style, what in (("dram_copy", "tab:red", "-", "DRAM copy"), ("dram_read", "tab:pink", "-.", "DRAM read"),
+                                    ("l2_read", "tab:orange", "--", "L2 read")):
+        if value(key):
+            tbps = value(key) / 1e3
+            ax.plot(xs, [min(x * tbps, fma) for x in xs], color=color, linestyle=style, linewidth=1,
+                    label=f"{what} {tbps:.2f} TB/s ({ceilings[key]['probe']})")
+    if value("fp32_fma"):
+        ax.axhline(fma, color="tab:red", linewidth=0.6, alpha=0.5, label=f"FP32 FMA {fma:.1f} TFLOP/s")
+    if value("tensor.bfloat16") and value("dram_copy"):
+        tensor, tbps = value("tensor.bfloat16"), value("dram_copy") / 1e3
+        ax.plot(xs, [min(x * tbps, tensor) for x in xs], color="tab:brown", linestyle=":",
+                label=f"bf16 tensor {tensor:.0f} TFLOP/s ({ceilings['tensor.bfloat16']['probe']})")
 
 
-def _points(ax, found: list[dict], spread: float, labels: bool) -> None:
-    """Every step of an op has the same intensity: fan the points out sideways (by up to
-    2^(+-spread/2)) so each can carry its label; a gray line marks the op's true intensity."""
-    seen = set()
-    by_op = {}
+def _scatter(ax, found: list[dict], highlight: set | None = None) -> None:
+    """One scatter per backend, at the points' true (intensity, tflops); with `highlight` (ids of
+    the labelled points) the others are drawn faint."""
+    for kind in dict.fromkeys(p["backend"] for p in found):
+        group = [p for p in found if p["backend"] == kind]
+        for faint in (False, True):
+            chosen = [p for p in group if (highlight is not None and id(p) not in highlight) == faint]
+            if chosen:
+                ax.scatter([p["intensity"] for p in chosen], [p["tflops"] for p in chosen],
+                           color=COLORS.get(kind, "tab:orange"), marker=MARKERS.get(kind, "D"),
+                           s=50 if kind == "torch" else 22, alpha=0.35 if faint else 1.0, zorder=3,
+                           label=None if faint else kind)
+
+
+def _groups(found: list[dict]) -> dict:
+    by = {}
     for p in found:
-        by_op.setdefault(p["label"].split("/")[0], []).append(p)
-    for op, group in by_op.items():
-        ax.axvline(group[0]["intensity"], color="lightgray", linewidth=0.8, zorder=1)
-        for i, p in enumerate(group):
-            kind = p["backend"]
-            x = p["intensity"] * 2 ** (spread * (i / max(len(group) - 1, 1) - 0.5))
-            ax.scatter(x, p["tflops"], color=COLORS.get(kind, "gray"), marker=MARKERS.get(kind, "o"),
-                       s=50 if kind in ("torch", "cub") else 25, zorder=3, label=None if kind in seen else kind)
-            seen.add(kind)
-            if labels:
-                ax.annotate(p["label"].split("/", 1)[1], (x, p["tflops"]), fontsize=6, rotation=90,
-                            xytext=(0, -5), textcoords="offset points", ha="center", va="top")
-        if labels:
-            ax.annotate(op, (group[0]["intensity"], max(p["tflops"] for p in group)), fontsize=9,
-                        xytext=(0, 8), textcoords="offset points", ha="center", color="dimgray")
+        by.setdefault((p["op"], p["direction"]), []).append(p)
+    return by
 
 
-def plot(hardware: dict, rows: list[dict], path: Path) -> Path:
-    """Left: the whole roofline. Right: the memory-bound corner where today's steps sit, zoomed,
-    every point labelled."""
-    found = points(rows)
-    fig, (whole, zoom) = plt.subplots(1, 2, figsize=(16, 7), gridspec_kw={"width_ratios": [1, 1.3]})
-    _roofs(whole, hardware, [2.0**k for k in range(-6, 13)])
-    _points(whole, found, spread=0.0, labels=False)
-    whole.set_ylim(bottom=0.02)
-    whole.set_title(f"{hardware['facts']['name']}: measured ceilings, every step (fp32 headline)")
-    _roofs(zoom, hardware, [2.0**(k / 4) for k in range(-22, -1)])
-    _points(zoom, found, spread=1.2, labels=True)
-    zoom.set_xlim(2.0**-5.2, 2.0**-0.6)
-    if found:
-        zoom.set_ylim(min(p["tflops"] for p in found) / 3, max(p["tflops"] for p in found) * 1.6)
-    zoom.set_title("zoom: the memory-bound steps (points fanned out around each op's intensity)")
+def figure(hardware: dict, rows: list[dict]):
+    """Left: the whole roofline. Right: the memory-bound corner, zoomed, each step's best headline
+    labelled (labels placed clear of each other, with a leader line back to the point)."""
+    found, ceilings = points(rows), best.ceilings(hardware)
+    fig, (whole, zoom) = plt.subplots(1, 2, figsize=(18, 8), dpi=DPI, gridspec_kw={"width_ratios": [1, 1.5]})
+    _roofs(whole, ceilings, [2.0**k for k in range(-6, 13)])
+    _scatter(whole, found)
+    whole.set_title(f"{hardware['facts']['name']}: measured ceilings, every headline ({'/'.join(sorted({p['op'] for p in found}))})",
+                    fontsize=9)
+    dram, fma = ceilings["dram_copy"]["value"], ceilings["fp32_fma"]["value"]
+    ridge = fma / (dram / 1e3) if dram and fma else 4.0
+    near = [p for p in found if p["intensity"] < ridge]
+    labelled = {}
+    for p in near:  # each step's fastest headline per direction carries the label
+        key = (p["label"], p["direction"])
+        labelled[key] = max(labelled.get(key, p), p, key=lambda q: q["tflops"])
+    _scatter(zoom, near, highlight={id(p) for p in labelled.values()})
+    lo, hi = (min(p["intensity"] for p in near), max(p["intensity"] for p in near)) if near else (2**-4, 1.0)
+    _roofs(zoom, ceilings, [lo / 4 * 2.0**(k / 8) for k in range(int(8 * math.log2(16 * hi / lo)) + 2)])
+    zoom.set_xlim(lo / 3, hi * 3)
+    if near:
+        zoom.set_ylim(min(p["tflops"] for p in near) / 4, max(p["tflops"] for p in near) * 4)
+    zoom.set_title("zoom: memory-bound headlines at their true intensity (faint: the same step at other shapes)",
+                   fontsize=9)
     for ax in (whole, zoom):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("arithmetic intensity (flop / minimal DRAM byte)")
         ax.set_ylabel("achieved TFLOP/s")
         ax.grid(True, which="both", alpha=0.3)
-    whole.legend(fontsize=8, loc="upper left")
-    return save(fig, path, dpi=110)
+    whole.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()  # before the labels: they are placed in the final pixel layout
+    names = []
+    for (op, direction), group in _groups(near).items():
+        zoom.axvline(group[0]["intensity"], color="lightgray", linewidth=0.8, zorder=1)
+        names.append(zoom.text(group[0]["intensity"], 0.01, f"{op} {direction}", rotation=90, fontsize=8,
+                               color="dimgray", ha="right", va="bottom",
+                               transform=blended_transform_factory(zoom.transData, zoom.transAxes)))
+    place_labels(zoom, [(p["intensity"], p["tflops"], _text(p)) for p in labelled.values()],
+                 [(p["intensity"], p["tflops"]) for p in near], names)
+    return fig
+
+
+def _text(p: dict) -> str:
+    return p["label"].split("/", 1)[1] + (" (backward)" if p["direction"] == "backward" else "")
+
+
+def plot(hardware: dict, rows: list[dict], path: Path) -> Path:
+    fig = figure(hardware, rows)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)  # no tight_layout here: it would move the axes under placed labels
+    plt.close(fig)
+    return path
