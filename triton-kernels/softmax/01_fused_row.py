@@ -3,7 +3,7 @@ Step 1 — fused row: one program per row, the whole row in registers
 Changed:  the starting point (the Triton tutorial's fused softmax): program r loads row r once into
           a BLOCK = next_power_of_2(cols) register tile, takes its max, exponentiates, sums,
           scales by 1/sum and stores. Backward: loads y and dy once, dot = sum(y*dy), stores
-          dx = y*(dy - dot). num_warps grows with BLOCK (4 up to 2048 elements ... 32 from 32768).
+          dx = y*(dy - dot). num_warps grows with BLOCK (4 up to 2,048 elements ... 32 at 32,768).
 Why:      the row never leaves the chip, so the op moves its minimal bytes: 1 read + 1 write
           forward (2·n·bytes), 2 reads + 1 write backward (3·n·bytes). The max, the sum and the
           dot are tl.max/tl.sum: the in-register + shuffle + shared-memory trees that CUDA steps
@@ -11,11 +11,12 @@ Why:      the row never leaves the chip, so the op moves its minimal bytes: 1 re
           2,661), less on short rows, where one program per 4 KB row is a small unit of work.
 Still:    one row per program: a 1,024-element fp32 row gives 4 warps 8 elements per thread,
           too little work per program to hide the launch and DRAM latency; and the tile is the
-          whole row, so long rows do not fit (step 2 loops over the row).
-Limits:   cols <= 65536: at 65536 a program of 32 warps holds 64 fp32 values per thread (128
-          in the backward, y and dy), below the 255-register cap; 131072 would need 128/256
-          and spill to local memory. Longer rows: steps 2-4.
-Max:      cols <= 65536
+          whole row, so rows past 32,768 do not fit (step 2 loops over the row).
+Limits:   cols <= 32768: at 32 warps (1,024 threads) a thread may have 64 registers, and a
+          32,768-element row is 32 fp32 values per thread: 62 registers forward, a ~100-byte
+          spill backward (y and dy). 65,536 would spill ~150 B forward, ~550 B backward (ptxas
+          -v, sm_90a). Longer rows: steps 2-4.
+Max:      cols <= 32768
 Layout:   rows
 Mirrors:  CUDA step 5 (block per row, row in registers, 1 read + 1 write)
 """

@@ -4,7 +4,7 @@ Changed:  the tile is no longer the row: program r walks row r in BLOCK-element 
           per-lane running max m and a sum d rescaled whenever m grows (d = d*exp(m_old - m_new)
           + exp(x - m_new)), folds the lanes into one (m, d) at the end, then walks the row again
           writing exp(x - m)/d. Backward: one loop for dot = sum(y*dy), a second for dx.
-Why:      any row length now runs (step 1 stops at 65,536). The online recurrence fuses the max
+Why:      any row length now runs (step 1 stops at 32,768). The online recurrence fuses the max
           pass and the sum pass into one read, so the cost is 2 reads + 1 write forward (3·n
           bytes instead of 2·n: at most 2/3 of the copy ceiling, ~2,000 GB/s, unless the second
           read hits L2) and 4 reads + 1 write backward (5/3 the minimal 3·n). Per-lane (m, d)

@@ -1,13 +1,15 @@
 """
 Step 3 — persistent programs, tuned per row length: the row in registers when it fits
 Changed:  a machine-sized grid (SMs x the programs that fit on one) whose programs walk the rows
-          in strides of the grid. Rows up to 65,536 take step 1's single load, but in tiles of
-          ROWS rows x next_power_of_2(cols) (several short rows per tile); longer rows take
-          step 2's online loop. ROWS, BLOCK and num_warps are autotuned, keyed on cols (and
-          the dtypes), among tiles of 16-64 elements per thread.
-Why:      short rows: a 1,024-element fp32 row is 4 KB, too little for one program; a tile of
-          4-8 rows gives every thread 16-64 independent loads in flight, and the persistent loop
-          pays the program start-up once per SM slot instead of once per row. Rows that fit are
+          in strides of the grid. Rows up to 32,768 (16,384 backward) take step 1's single load,
+          in tiles of ROWS rows x next_power_of_2(cols) (several short rows per tile); longer
+          rows take step 2's online loop. The online loop's num_warps is autotuned (keyed on cols
+          and the dtypes); the single-load tiles come from a host table (tiles of >= 2,048
+          elements: torch's wrap_triton rebuilds an autotuner that has a config pruner on every call, and
+          the tile's valid configs depend on cols).
+Why:      short rows: a 64-element row is too little for one program; tiles of >= 2,048
+          elements give every thread >= 16 loads in flight, and the persistent loop pays the
+          program start-up once per SM slot instead of once per row. Rows that fit are
           moved with minimal bytes (1 read + 1 write forward, 2 + 1 backward), so the prediction
           is the copy ceiling's neighbourhood, ~2,600-2,900 GB/s from 4096 x 4096 up, and above
           step 1 on 1,024-wide rows. Long rows: the grid holds only ~1 row per program, so the
@@ -16,8 +18,8 @@ Why:      short rows: a 1,024-element fp32 row is 4 KB, too little for one progr
 Still:    a row longer than a register tile is still read twice from DRAM when it misses L2, and
           4,096 rows of 1 MB give each program 1 MB of serial work. Step 4 splits such rows
           across programs, each holding its chunk in registers.
-Limits:   none (any row length; 64-bit offsets). The first call for each (cols, dtype) runs the
-          autotuner (a few hundred ms).
+Limits:   none (any row length; 64-bit offsets). The first call for each long-row (cols,
+          dtype) runs the autotuner.
 Layout:   rows
 Mirrors:  CUDA step 5 (warp per short row, block per long row, row in registers); the online
           path is CUDA step 4's
@@ -28,46 +30,46 @@ from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import sm_count, tuned
 
-MAX_TILE_COLS = 65536  # longest row held in registers (32 warps x 64 fp32 per thread)
-ONLINE_BLOCK = 8192  # elements per step of the online loop: 16 per thread at 16 warps
+# Longest row held in registers, forward (x) and backward (y, dy): 32 fp32 values per thread and
+# tensor at 32 warps, where a thread may have 64 registers.
+MAX_TILE_COLS = {1: 32768, 2: 16384}
+ONLINE_BLOCK = 8192  # elements per step of the online loop
 REGISTERS_PER_SM = 65536
 WARPS_PER_SM = 64
 
 
-def tile_configs(configs, named_args, **kwargs):
-    """Keep the tiles of 16-64 elements per thread for this row's BLOCK (else the smallest)."""
-    block = kwargs["BLOCK"]
-    per_thread = {c: c.kwargs["ROWS"] * block // (32 * c.kwargs["WARPS"]) for c in configs}
-    kept = [c for c in configs if 16 <= per_thread[c] <= 64]
-    return kept or [max((c for c in configs if per_thread[c] <= 64),
-                        key=lambda c: (per_thread[c], c.kwargs["ROWS"], -c.kwargs["WARPS"]))]
-
-
-# WARPS repeats num_warps as a kernel argument: the grid function sees only kernel arguments.
-TILE_CONFIGS = tuned([triton.Config({"ROWS": rows, "WARPS": warps}, num_warps=warps)
-                      for warps in (4, 8, 16, 32) for rows in (1, 2, 4, 8, 16, 32)],
-                     triton.Config({"ROWS": 2, "WARPS": 4}, num_warps=4))
-ONLINE_CONFIGS = tuned([triton.Config({"WARPS": warps}, num_warps=warps) for warps in (8, 16, 32)],
+# Online path: autotuned (keyed on cols and the dtypes). WARPS repeats num_warps as a kernel
+# argument: the grid function sees only kernel arguments.
+ONLINE_CONFIGS = tuned([triton.Config({"WARPS": warps}, num_warps=warps) for warps in (8, 16)],
                        triton.Config({"WARPS": 4}, num_warps=4))
 
 
-@triton.autotune(configs=TILE_CONFIGS, key=["cols"], prune_configs_by={"early_config_prune": tile_configs})
+def tile_plan(rows, cols):
+    """The single-load path's table (BLOCK, ROWS, num_warps): rows under 2,048 elements packed
+    into tiles of 2,048; 4 warps up to 2,048 elements, 8 up to 8,192, else 16 (32 would cap a
+    thread at 64 registers)."""
+    block = triton.next_power_of_2(cols)
+    row_tile = min(max(1, 2048 // block), triton.next_power_of_2(rows))
+    tile = row_tile * block
+    return block, row_tile, 4 if tile <= 2048 else 8 if tile <= 8192 else 16
+
+
 @triton.jit
 def softmax_tile_kernel(
     x_ptr,  # input, rows x cols, unit column stride
     out_ptr,  # output, contiguous rows x cols
     rows,
-    cols,  # the autotune key
+    cols,
     x_row_stride,  # elements between rows of x
     BLOCK: tl.constexpr,  # next_power_of_2(cols): a whole row per tile row
-    ROWS: tl.constexpr,  # rows per tile (the autotuner's)
-    WARPS: tl.constexpr,  # num_warps, read by the grid function
+    ROWS: tl.constexpr,  # rows per tile
 ):
     r_offs = tl.arange(0, ROWS)
     c_offs = tl.arange(0, BLOCK)
     c_mask = c_offs < cols
-    for tile in range(tl.program_id(0), tl.cdiv(rows, ROWS), tl.num_programs(0)):
-        r = tile.to(tl.int64) * ROWS + r_offs  # 64-bit: r * stride passes 2^31 on big inputs
+    # A 64-bit loop counter: r * stride passes 2^31 on big inputs.
+    for tile in range(tl.program_id(0).to(tl.int64), tl.cdiv(rows, ROWS), tl.num_programs(0)):
+        r = tile * ROWS + r_offs
         mask = (r < rows)[:, None] & c_mask[None, :]
         # other=-inf: padding columns lose the max and add 0 to the sum; padding rows (past the
         # last row) are all -inf, give NaN, and are never stored.
@@ -80,7 +82,6 @@ def softmax_tile_kernel(
                  mask=mask)
 
 
-@triton.autotune(configs=TILE_CONFIGS, key=["cols"], prune_configs_by={"early_config_prune": tile_configs})
 @triton.jit
 def softmax_tile_backward_kernel(
     y_ptr,  # forward output, rows x cols, unit column stride
@@ -92,13 +93,12 @@ def softmax_tile_backward_kernel(
     dy_row_stride,
     BLOCK: tl.constexpr,
     ROWS: tl.constexpr,
-    WARPS: tl.constexpr,
 ):
     r_offs = tl.arange(0, ROWS)
     c_offs = tl.arange(0, BLOCK)
     c_mask = c_offs < cols
-    for tile in range(tl.program_id(0), tl.cdiv(rows, ROWS), tl.num_programs(0)):
-        r = tile.to(tl.int64) * ROWS + r_offs
+    for tile in range(tl.program_id(0).to(tl.int64), tl.cdiv(rows, ROWS), tl.num_programs(0)):
+        r = tile * ROWS + r_offs
         mask = (r < rows)[:, None] & c_mask[None, :]
         # other=0: padding adds y*dy = 0 to the dot.
         y = tl.load(y_ptr + r[:, None] * y_row_stride + c_offs[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -114,15 +114,15 @@ def softmax_online_kernel(
     x_ptr,  # input, rows x cols, unit column stride
     out_ptr,  # output, contiguous rows x cols
     rows,
-    cols,  # > MAX_TILE_COLS; the autotune key
+    cols,  # > MAX_TILE_COLS[1]; the autotune key
     x_row_stride,
     BLOCK: tl.constexpr,  # elements per loop step
     WARPS: tl.constexpr,  # num_warps, read by the grid function
 ):
     offs = tl.arange(0, BLOCK)
-    for row in range(tl.program_id(0), rows, tl.num_programs(0)):
-        x_row = x_ptr + row.to(tl.int64) * x_row_stride
-        out_row = out_ptr + row.to(tl.int64) * cols
+    for row in range(tl.program_id(0).to(tl.int64), rows, tl.num_programs(0)):  # 64-bit row
+        x_row = x_ptr + row * x_row_stride
+        out_row = out_ptr + row * cols
         # Step 2's per-lane running (max, sum), with the same guard: a lane that has seen only
         # -inf shifts by 0, so exp(-inf - -inf) = NaN never enters its sum.
         m = tl.full([BLOCK], -float("inf"), tl.float32)
@@ -158,10 +158,10 @@ def softmax_online_backward_kernel(
     WARPS: tl.constexpr,
 ):
     offs = tl.arange(0, BLOCK)
-    for row in range(tl.program_id(0), rows, tl.num_programs(0)):
-        y_row = y_ptr + row.to(tl.int64) * y_row_stride
-        dy_row = dy_ptr + row.to(tl.int64) * dy_row_stride
-        dx_row = dx_ptr + row.to(tl.int64) * cols
+    for row in range(tl.program_id(0).to(tl.int64), rows, tl.num_programs(0)):  # 64-bit row
+        y_row = y_ptr + row * y_row_stride
+        dy_row = dy_ptr + row * dy_row_stride
+        dx_row = dx_ptr + row * cols
         acc = tl.zeros([BLOCK], tl.float32)
         for start in range(0, cols, BLOCK):
             mask = start + offs < cols
@@ -184,13 +184,6 @@ def programs(device, tiles, num_warps, values_per_thread):
     return min(tiles, sm_count(device) * per_sm)
 
 
-def tile_grid(x, rows, block, tensors):
-    def grid(meta):
-        values = tensors * meta["ROWS"] * block // (32 * meta["WARPS"])
-        return (programs(x.device, triton.cdiv(rows, meta["ROWS"]), meta["WARPS"], values),)
-    return grid
-
-
 def online_grid(x, rows, tensors):
     # ~1 row per program, so few rows are in flight and their second read can hit L2.
     return lambda meta: (programs(x.device, rows, meta["WARPS"],
@@ -201,10 +194,11 @@ def launch(x, out):
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    if cols <= MAX_TILE_COLS:
-        block = triton.next_power_of_2(cols)
-        wrap_triton(softmax_tile_kernel)[tile_grid(x, rows, block, 1)](
-            x, out, rows, cols, x.stride(0), BLOCK=block)
+    if cols <= MAX_TILE_COLS[1]:
+        block, row_tile, warps = tile_plan(rows, cols)
+        grid = (programs(x.device, triton.cdiv(rows, row_tile), warps, row_tile * block // (32 * warps)),)
+        wrap_triton(softmax_tile_kernel)[grid](x, out, rows, cols, x.stride(0), BLOCK=block, ROWS=row_tile,
+                                               num_warps=warps)
     else:
         wrap_triton(softmax_online_kernel)[online_grid(x, rows, 1)](
             x, out, rows, cols, x.stride(0), BLOCK=ONLINE_BLOCK)
@@ -214,10 +208,11 @@ def launch_backward(y, dy, dx):
     rows, cols = y.shape
     if rows == 0 or cols == 0:
         return
-    if cols <= MAX_TILE_COLS:
-        block = triton.next_power_of_2(cols)
-        wrap_triton(softmax_tile_backward_kernel)[tile_grid(y, rows, block, 2)](
-            y, dy, dx, rows, cols, y.stride(0), dy.stride(0), BLOCK=block)
+    if cols <= MAX_TILE_COLS[2]:
+        block, row_tile, warps = tile_plan(rows, cols)
+        grid = (programs(y.device, triton.cdiv(rows, row_tile), warps, 2 * row_tile * block // (32 * warps)),)
+        wrap_triton(softmax_tile_backward_kernel)[grid](y, dy, dx, rows, cols, y.stride(0), dy.stride(0),
+                                                        BLOCK=block, ROWS=row_tile, num_warps=warps)
     else:
         wrap_triton(softmax_online_backward_kernel)[online_grid(y, rows, 2)](
             y, dy, dx, rows, cols, y.stride(0), dy.stride(0), BLOCK=ONLINE_BLOCK)

@@ -4,14 +4,15 @@ Changed:  a row longer than a register tile is cut into chunks, one program each
           stays in that program's registers. Each program publishes its chunk's (max, sum) (the
           backward: its partial dot) to a workspace, bumps the row's arrival counter, spins until
           all of the row's chunks have arrived, combines the partials (fixed order: deterministic)
-          and writes its chunk from registers. Short rows: step 3's single load, ROWS rows per
-          program. Tiles, warps and rows per program come from a host table.
+          and writes its chunk from registers. Short rows: step 1's single load (several rows
+          per program below 2,048 elements). Tiles, warps and rows per program: a host table.
 Why:      4,096 rows of 262,144 fp32 are 1 MB each: too big for one SM's registers, so steps
           2-3 read every row twice (8 GB of traffic for 4 GB out, <= 2,000 GB/s). Chunks of
-          8-16 K elements fit, and the whole machine works on a few rows at a time: 1 read +
+          16 KB fit, and the whole machine works on a few rows at a time: 1 read +
           1 write forward (2·n bytes), 2 + 1 backward (3·n), plus 8 bytes per chunk of
           partials. Prediction: ~2,700-2,900 GB/s on bf16 4096 x 131072 and fp32 4096 x 262144,
-          like the short rows that fit.
+          like the short rows that fit. (H100, CUDA graphs, no L2 flush: fp32 262,144 measured
+          2,690 fwd / 3,004 bwd; bf16 131,072 2,524 / 2,780.)
           What Triton's model makes hard: programs are independent — no thread-block clusters,
           no distributed shared memory (CUDA step 6 exchanges the partials through DSMEM inside
           one cluster with a hardware barrier), and no grid-wide barrier. The exchange here goes
@@ -21,8 +22,8 @@ Why:      4,096 rows of 262,144 fp32 are 1 MB each: too big for one SM's registe
           (b) a row has at most as many chunks as the GPU has SMs, so a row's chunks can always
           be resident together. The cost: a ticket, a counter bump and a few polls per
           chunk (L2 atomics), and an all-zero counter array (a memset) per launch.
-Still:    the chunks of a row wait for each other; a row longer than SMs x SPLIT_TILE (1.08 M elements
-          forward, 540 K backward on 132 SMs) takes each chunk in several tiles and reads it
+Still:    the chunks of a row wait for each other; a row longer than SMs x the chunk tile
+          (540 K elements: fp32 forward and every backward; 1.08 M bf16 forward, on 132 SMs) takes each chunk in several tiles and reads it
           twice (the second read right after the first, usually from L2). Under
           TRITON_INTERPRET=1 programs run one after another and cannot wait for each other:
           sm_count is 1 there, so a split row is one chunk (of one or several tiles), and only a
@@ -39,11 +40,12 @@ from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import INTERPRET, sm_count
 
-# Register tiles: the longest row one program holds, per tensor held (forward x; backward y, dy):
-# 32 fp32 values per thread at 32 warps (64 registers is the cap at 1,024 threads).
+# Register tiles: the longest row one program holds (forward x; backward y and dy): 64 fp32
+# values per thread at 16 warps, ~125 of the 128 registers a thread may have at 512 threads.
 MAX_TILE = {1: 32768, 2: 16384}
-SPLIT_TILE = {1: 8192, 2: 4096}  # a chunk: 32 values (fwd) / 2 x 16 (bwd) per thread at 8 warps
-SPLIT_WARPS = 8
+SPLIT_BYTES = 16384  # a forward chunk: 16 KB of input (4,096 fp32, 8,192 bf16/fp16)
+SPLIT_TILE_BACKWARD = 4096  # a backward chunk: 4,096 elements of y and of dy
+# 16 values per thread and tensor (~90 registers): 2-3 programs per SM overlap each other's waits.
 
 
 @triton.jit
@@ -194,23 +196,25 @@ def softmax_split_backward_kernel(
             tl.store(dx_rows + c[None, :] + start, (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty), mask=mask)
 
 
-def plan(rows, cols, tensors, device):
+def plan(rows, cols, tensors, x):
     """(grid, chunks, chunk_len, meta): the host table. `tensors` is 1 forward, 2 backward."""
     # The interpreter splits rows from 1,025 elements on, so CPU tests reach the split path.
     if cols <= (1024 if INTERPRET else MAX_TILE[tensors]):
         block = triton.next_power_of_2(cols)
-        # Short rows: several per program, ~16 values per thread per tensor (~8 KB per tile).
-        row_tile = min(max(1, 8192 // tensors // block), triton.next_power_of_2(rows))
-        warps = max(1, min(32, row_tile * block * tensors // 512))
+        # Short rows: one per program as step 1 (measured faster than multi-row tiles), rows
+        # under 2,048 elements packed into tiles of 2,048; <= 16 warps (32 caps at 64 registers).
+        row_tile = min(max(1, 2048 // block), triton.next_power_of_2(rows))
+        tile = row_tile * block
+        warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
         meta = dict(BLOCK=block, ROWS=row_tile, SPLIT=False, ONE_TILE=True, CHUNKS_P2=1, num_warps=warps)
         return (triton.cdiv(rows, row_tile),), 1, block, meta
-    block = SPLIT_TILE[tensors]
+    block = SPLIT_BYTES // x.element_size() if tensors == 1 else SPLIT_TILE_BACKWARD
     # At most one chunk per SM (deadlock freedom, see Why): longer rows get chunks of several tiles.
-    tiles = triton.cdiv(triton.cdiv(cols, block), sm_count(device))
+    tiles = triton.cdiv(triton.cdiv(cols, block), sm_count(x.device))
     chunk_len = tiles * block
     chunks = triton.cdiv(cols, chunk_len)
     meta = dict(BLOCK=block, ROWS=1, SPLIT=True, ONE_TILE=tiles == 1,
-                CHUNKS_P2=triton.next_power_of_2(chunks), num_warps=SPLIT_WARPS)
+                CHUNKS_P2=triton.next_power_of_2(chunks), num_warps=block // 512)
     return (rows * chunks,), chunks, chunk_len, meta
 
 
@@ -218,9 +222,11 @@ def launch(x, out):
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    grid, chunks, chunk_len, meta = plan(rows, cols, 1, x.device)
-    part = torch.empty(2 * rows * chunks if meta["SPLIT"] else 1, dtype=torch.float32, device=x.device)
-    sync = torch.zeros(rows + 1 if meta["SPLIT"] else 1, dtype=torch.int32, device=x.device)
+    grid, chunks, chunk_len, meta = plan(rows, cols, 1, x)
+    part = sync = out  # unread placeholders for short rows: no allocation, no memset launch
+    if meta["SPLIT"]:
+        part = torch.empty(2 * rows * chunks, dtype=torch.float32, device=x.device)
+        sync = torch.zeros(rows + 1, dtype=torch.int32, device=x.device)
     wrap_triton(softmax_split_kernel)[grid](x, out, part, sync, rows, cols, x.stride(0), chunks, chunk_len, **meta)
 
 
@@ -228,8 +234,10 @@ def launch_backward(y, dy, dx):
     rows, cols = y.shape
     if rows == 0 or cols == 0:
         return
-    grid, chunks, chunk_len, meta = plan(rows, cols, 2, y.device)
-    part = torch.empty(rows * chunks if meta["SPLIT"] else 1, dtype=torch.float32, device=y.device)
-    sync = torch.zeros(rows + 1 if meta["SPLIT"] else 1, dtype=torch.int32, device=y.device)
+    grid, chunks, chunk_len, meta = plan(rows, cols, 2, y)
+    part = sync = dx  # unread placeholders for short rows
+    if meta["SPLIT"]:
+        part = torch.empty(rows * chunks, dtype=torch.float32, device=y.device)
+        sync = torch.zeros(rows + 1, dtype=torch.int32, device=y.device)
     wrap_triton(softmax_split_backward_kernel)[grid](y, dy, dx, part, sync, rows, cols, y.stride(0), dy.stride(0),
                                                      chunks, chunk_len, **meta)
