@@ -75,12 +75,13 @@ def gpu_main(args) -> int:
     gen.manual_seed(0)
     flush = timing.Flush("read")
     rows = []
-    for group, subs in per_group.items():
-        rows += suite.run_group(group, subs, gen, limits, flush, progress, env["git_sha"])
-        torch.cuda.empty_cache()
-
-    full = not (args.backend or args.step or args.op or args.quick)
     csv_path = out_dir / ("bench-quick.csv" if args.quick else "bench.csv")
+    full = not (args.backend or args.step or args.op or args.quick)
+    for group, subs in per_group.items():
+        fresh = suite.run_group(group, subs, gen, limits, flush, progress, env["git_sha"])
+        rows += fresh
+        results.write_rows(csv_path, fresh, replace_all=False)  # an interrupted run keeps what it measured
+        torch.cuda.empty_cache()
     results.write_rows(csv_path, rows, replace_all=full)
     env.update(timing_method=suite.TIMING_METHOD, ceiling_source=limits["source"],
                bench_wall_s=round(time.monotonic() - start, 1))
