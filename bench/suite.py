@@ -36,18 +36,18 @@ class Group:
 def plan(ops, quick: bool) -> list[Group]:
     """Headline groups of every op x direction x (shape, dtype); then the sweeps. --quick: the
     first headline shape in its first dtype, no sweep."""
-    groups = []
+    headlines, sweeps = [], []
     for op in ops:
         spec = SPECS[op]
         for direction in spec.directions():
             heads = spec.headlines[:1] if quick else spec.headlines
             for h in heads:
-                groups += [Group(op, direction, d, h.shape, "headline") for d in (h.dtypes[:1] if quick else h.dtypes)]
+                headlines += [Group(op, direction, d, h.shape, "headline") for d in (h.dtypes[:1] if quick else h.dtypes)]
             if not quick:
                 headline_keys = {(h.shape, d) for h in spec.headlines for d in h.dtypes}
-                groups += [Group(op, direction, spec.sweep_dtype, s, "sweep") for s in spec.sweep
+                sweeps += [Group(op, direction, spec.sweep_dtype, s, "sweep") for s in spec.sweep
                            if (s, spec.sweep_dtype) not in headline_keys]
-    return groups
+    return headlines + sweeps  # every ladder table first: the sweeps only add points to plots
 
 
 def subjects(op, backend=None, step=None, role="headline", dtype=None) -> list:
