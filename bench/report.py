@@ -129,6 +129,9 @@ def regenerate() -> None:
         hw = folder / "hardware.json"
         limits = ceilings.load(folder) if hw.exists() else {}
         rows = results.read_rows(folder / "bench.csv")
+        if limits:  # the survey may be newer than the bench: percentages follow the ceilings
+            ceilings.apply_to_rows(rows, limits, SPECS)
+            results.write_rows(folder / "bench.csv", rows, replace_all=True)
         plots(folder, rows, limits)
         ncu_plots(folder, ncu.read_table(folder / "ncu.csv"))
         if hw.exists():

@@ -96,7 +96,7 @@ def call_ms(fn) -> float:
 
 
 def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress: Progress, sha: str) -> list[dict]:
-    from .ceilings import ceiling_for
+    from .ceilings import apply_to_rows, ceiling_for
 
     spec = SPECS[group.op]
     d = spec.directions()[group.direction]
@@ -162,6 +162,7 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
         rows.append(row)
         del fn, result
     add_speedups(rows)
+    apply_to_rows(rows, limits, SPECS)
     return rows
 
 

@@ -121,10 +121,11 @@ def bandwidth(p: Probes) -> None:
     try:
         from . import stream_triton as st
 
-        st.add(src, other, dst), st.copy(src, dst)  # autotune now, outside any graph capture
+        st.add(src, other, dst), st.copy(src, dst), st.total(src, sink.zero_())  # autotune outside any capture
         t_add, t_copy = (lambda: st.add(src, other, dst)), (lambda: st.copy(src, dst))
+        t_sum = lambda: st.total(src, sink)  # noqa: E731 -- the sum's value is not checked, only its time
     except Exception as exc:
-        t_add = t_copy = _failing(exc)
+        t_add = t_copy = t_sum = _failing(exc)
     p.run("copy_own", "dram_copy", 2 * nbytes, "GB/s", "copy_f4 (kernels.cu): 16 B vectors, 4 loads in "
           "flight per thread before the stores; read + write", copy, check=same)
     p.run("copy_torch", "dram_copy", 2 * nbytes, "GB/s", "dst.copy_(src), 1 GiB fp32; read + write", lambda: dst.copy_(src))
@@ -139,6 +140,8 @@ def bandwidth(p: Probes) -> None:
     p.run("read_own", "dram_read", nbytes, "GB/s", "read_f4 (kernels.cu): 1 GiB read once, 4 x 16 B loads "
           "in flight, result kept live by a never-taken store", read)
     p.run("sum_torch", "dram_read", nbytes, "GB/s", "torch.sum(x, dim=0, out=s), fp32 2^28", lambda: torch.sum(src, dim=0, out=sink))
+    p.run("sum_triton", "dram_read", nbytes, "GB/s", "Triton sum (stream_triton.py): one BLOCK load and one "
+          "atomic per program, autotuned", t_sum)
     p.run("write_own", "dram_write", nbytes, "GB/s", "write_f4 (kernels.cu): 16 B stores, one-shot blocks", write,
           check=lambda: bool((dst == 1.5).all()))
     p.run("fill_torch", "dram_write", nbytes, "GB/s", "dst.fill_(2.0), 1 GiB fp32", lambda: dst.fill_(2.0))

@@ -33,3 +33,18 @@ def add(x, y, out):
 def copy(x, out):
     n = out.numel()
     copy_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+
+
+@triton.autotune(configs=CONFIGS, key=["n"], reset_to_zero=["out_ptr"])
+@triton.jit
+def sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # one BLOCK-wide load per program and one atomic: the read pattern of the Triton reduce_sum
+    # step that out-read every other probe on the H100
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.atomic_add(out_ptr, tl.sum(tl.load(x_ptr + offsets, mask=offsets < n, other=0.0), axis=0))
+
+
+def total(x, out):
+    """out (a zeroed fp32 scalar) += sum(x): a read-only probe."""
+    n = x.numel()
+    sum_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
