@@ -28,9 +28,26 @@ def make_inputs(shape, dtype, device, gen):
 
 def error_scale(inputs, ref):
     """Each output against (|A| |B|)_ij: the sum of the magnitudes it accumulated (cancellation
-    cannot make a right answer fail), times max(1, log2 K) for the accumulation order."""
+    cannot make a right answer fail), times max(1, log2 K) for the accumulation order, with the
+    output type's smallest normal as a floor (an fp16 result below it is rounded absolutely)."""
     a, b = (t.double() for t in inputs)
-    return (a.abs() @ b.abs()) * max(1.0, math.log2(max(a.shape[1], 1)))
+    return (a.abs() @ b.abs()) * max(1.0, math.log2(max(a.shape[1], 1))) + torch.finfo(inputs[0].dtype).tiny
+
+
+def tma_unaligned(*operands) -> int:
+    """Operands the Hopper bulk-tensor copy (TMA) cannot read: it needs one unit stride, the other
+    stride a multiple of 16 bytes and a 16-byte-aligned start. An operand with no unit stride is
+    copied to contiguous by the dispatcher first, so it is judged as that copy."""
+    bad = 0
+    for t in operands:
+        if t.numel() == 0:
+            continue
+        if t.stride(-1) == 1 or t.stride(0) == 1:
+            other, start = (t.stride(0) if t.stride(-1) == 1 else t.stride(1)), t.data_ptr()
+        else:
+            other, start = t.shape[1], 0
+        bad += (other * t.element_size()) % 16 != 0 or start % 16 != 0
+    return bad
 
 
 def autograd_setup(ctx, inputs, output):
@@ -95,4 +112,5 @@ SPEC = OpSpec(
         (0, 16, 8),  # M = 0
     ),
     slow_call_ms=150.0,
+    bounds={"tma_unaligned": tma_unaligned},
 )

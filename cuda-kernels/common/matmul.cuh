@@ -99,20 +99,34 @@ struct ThreadTile {
       for (int j = 0; j < kN; ++j) acc[i][j] = 0.f;
   }
 
-  // One k-step: as points at the warp's 64 A values of this k (transposed A: contiguous in m),
-  // bs at the warp's 64 B values. 16-byte aligned: row, col and the warp offsets are multiples of 4.
-  __device__ __forceinline__ void fma(const float* as, const float* bs) {
+  // The operands of one k-step, held in registers.
+  struct Fragment {
     float a[kM], b[kN];
+  };
+
+  // as points at the warp's 64 A values of one k (transposed A: contiguous in m), bs at its 64 B
+  // values. 16-byte aligned: row, col and the warp offsets are multiples of 4.
+  __device__ __forceinline__ void load(Fragment& f, const float* as, const float* bs) const {
 #pragma unroll
     for (int i = 0; i < kM / 4; ++i)
-      *reinterpret_cast<float4*>(&a[4 * i]) = *reinterpret_cast<const float4*>(as + 32 * i + row);
+      *reinterpret_cast<float4*>(&f.a[4 * i]) = *reinterpret_cast<const float4*>(as + 32 * i + row);
 #pragma unroll
     for (int j = 0; j < kN / 4; ++j)
-      *reinterpret_cast<float4*>(&b[4 * j]) = *reinterpret_cast<const float4*>(bs + 16 * j + col);
+      *reinterpret_cast<float4*>(&f.b[4 * j]) = *reinterpret_cast<const float4*>(bs + 16 * j + col);
+  }
+
+  __device__ __forceinline__ void fma(const Fragment& f) {
 #pragma unroll
     for (int i = 0; i < kM; ++i)
 #pragma unroll
-      for (int j = 0; j < kN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+      for (int j = 0; j < kN; ++j) acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
+  }
+
+  // One k-step, loads then FMAs.
+  __device__ __forceinline__ void fma(const float* as, const float* bs) {
+    Fragment f;
+    load(f, as, bs);
+    fma(f);
   }
 
   // Masked stores of the tile whose warp tile starts at (m0, n0) of out; 16-byte stores where

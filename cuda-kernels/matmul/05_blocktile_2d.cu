@@ -7,10 +7,12 @@ Why:      step 4 needed 9 shared loads per 8 FFMAs; an outer product needs 8 + 8
           8 x 8 = 64 FFMAs: 0.25 LDS per FFMA (4.5x fewer), 4 flop per smem byte. Global
           intensity doubles again: (128 + 128) x 8 x 4 B = 8 KB per 128 x 128 x 8 x 2 flops,
           32 flop/B. Prediction: ~1.5x step 4, ~26 TFLOP/s (siboehm: 25.9).
-Still:    every access is 4 bytes wide: 4 scalar global loads per operand per thread per tile,
-          and the 8 as reads of a column of a are 8 scalar LDS with a stride of 8 floats (2 rows
-          of threads per warp land on one bank: 2-way conflicts). Step 6 loads 128 bits at a
-          time and stores a transposed so a column is contiguous.
+Still:    every global access is 4 bytes wide: 4 scalar loads per operand per thread per tile,
+          each with its own bounds check and 64-bit address (the SASS loop is only 76% FFMA).
+          ptxas merges the shared reads into LDS.128 (4 k of one row of as, 4 columns of bs),
+          but the 16 thread columns of a warp read 512 different bytes of bs and the 2 thread
+          rows land on the same banks of as: multi-wavefront loads. Step 6 loads 128 bits at a
+          time from global and stores a transposed, so a column of a is contiguous.
 Limits:   M, N, K < 2^31.
 Dtypes:   float32
 Layout:   rows

@@ -5,11 +5,11 @@ Changed:  step 5's tiles (128 x 128 x 8, 8 x 8 per thread), but each thread fetc
           as[k][m], so a thread's 8 values of a column are contiguous: per k, 2 + 2 LDS.128
           instead of 8 + 8 scalar LDS. An operand whose pointer or row stride is not 16-byte
           aligned takes a scalar path (a template flag the launcher picks).
-Why:      step 5 issued 16 LDS per 64 FFMA (25% of the issued instructions) plus 8 scalar LDG
-          per tile. Now 4 LDS.128 per 64 FFMA (~6%) and 2 LDG.128 per tile: the FFMA share of
-          the inner loop rises from ~75% to ~90%. Intensities are unchanged (global 32 flop/B,
-          shared 4 flop/B); registers per smem load: 16 FFMA per LDS instead of 4.
-          Prediction: ~1.2x step 5, ~30 TFLOP/s (siboehm: 31.6).
+Why:      step 5's loop spent a quarter of its instructions on 8 scalar, bounds-checked LDG
+          per tile and their addresses (SASS: 76% FFMA). Now 2 LDG.128 per tile and 4 LDS.128
+          per 64 FFMA (16 FFMA per shared load), with one check per vector: the loop is ~85%
+          FFMA in SASS (ncu: 87%). Intensities are unchanged (global 32 flop/B, shared 4 flop
+          per smem byte). Prediction: ~1.2x step 5, ~30 TFLOP/s (siboehm: 31.6).
 Still:    the 16 thread columns of a warp read 16 different 32-byte pieces of bs per k: 512
           bytes for one LDS.128, 4 shared-memory wavefronts where 1 would do. The block is
           one flat grid of 8 x 8 thread tiles; step 7 arranges warps and lanes so each warp's

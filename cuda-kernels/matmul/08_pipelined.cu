@@ -5,16 +5,25 @@ Changed:  global -> shared copies go through cp.async (sm_80+) into a ring of kS
           barrier per tile replaces two. a is still transposed on the way in (4-byte copies,
           each to its place in as[k][m]); b moves in 16-byte copies, or 4-byte ones when its
           pointer or row stride is unaligned. Out-of-range elements are zero-filled by
-          cp.async's src-size operand, with no branch around the copy.
+          cp.async's src-size operand, with no branch around the copy. With no staging
+          registers, the block tile grows to 128 x 256 (8 warps, 1 block per SM), and the
+          fragments of k-step k+1 are loaded from shared memory before the FFMAs of step k.
 Why:      in step 7 a block's global latency (~1 us per tile from L2/DRAM) sat between its
           barriers, hidden only by the other resident block. With the copies kStages - 1 tiles
           ahead, the block's warps go from one tile's FFMAs to the next with one barrier
-          between. Registers stay what step 7 needed (no staging registers: cp.async writes
-          shared memory directly). Intensities as step 7 per level (global 32 flop/B at
-          128 x 128, shared 16 flop/B per warp, 21 FFMA per LDS.128); the inner loop is ~95%
-          FFMA. Prediction: ~1.15x step 7, ~45-48 TFLOP/s at 4096^3 (0.9x cuBLAS).
-Still:    FP32 FFMA on CUDA cores: ~60-67 TFLOP/s is the ceiling however well fed; the tensor
-          cores (TF32/bf16 wgmma) are the next ladder. Ragged shapes lose a partial wave.
+          between. Global intensity: (128 + 256) x 16 x 4 B per 128 x 256 x 16 x 2 flops =
+          42.7 flop/B (step 7: 32); shared 16 flop/B per warp and 21 FFMA per LDS.128 as in
+          step 7. Copies cost one LDGSTS each (per-row source pointers, immediate offsets):
+          ncu counted 91.8% of issued instructions as FFMA at 4096^3 (step 7: 89.2%). Prediction:
+          ~1.1x step 7, ~44-46 TFLOP/s at 4096^3 (~0.87x cuBLAS). Measured once on the H100
+          (do_bench-like, L2 flushed): 44.4 at 4096^3, 44.8 at 8192^3, 32.2 at 3000^3, 34.4
+          at 4097x4095x4099 (cuBLAS: 51.4, 51.3, 43.5, 45.5).
+Still:    ~27% of scheduler cycles have no eligible warp (ncu): 2 warps per scheduler barely
+          cover LDS latency and register-bank stalls, so FFMA issue sits near 70% of peak;
+          cuBLAS's hand-scheduled SASS reaches ~78%. Ragged and mid-size shapes lose a
+          partial wave (3000^3: 288 tiles on 132 SMs = 2.2 waves), which cuBLAS avoids with
+          other tile shapes or split-K. FP32 FFMA tops out at ~60-67 TFLOP/s however fed:
+          the tensor cores are the next rung.
 Limits:   M, N, K < 2^31.
 Dtypes:   float32
 Layout:   rows
@@ -26,11 +35,15 @@ namespace {
 using rosetta::ThreadTile;
 
 // ---- launch configuration --------------------------------------------------------------------
-constexpr int kBM = 128, kBN = 128, kBK = 16;
-constexpr int kStages = 4;  // 4 x 16.6 KB of shared memory per block
+// 128 x 256 block tile, 8 warps of 64 x 64: with no staging registers (cp.async), 1 block of 256
+// threads per SM may use up to 255 registers (ptxas: 229-233, no spills), and the bigger tile
+// raises global intensity to 42.7 flop/B. Measured on the H100 (4096^3, with fragments double-
+// buffered): 44.4 TFLOP/s vs 42.8 for step 7's 128 x 128 x 2 blocks per SM with the same pipeline.
+constexpr int kBM = 128, kBN = 256, kBK = 16;
+constexpr int kStages = 3;  // 3 x 24.8 KB of shared memory (4 stages measured no faster)
 constexpr int kWarpsM = kBM / ThreadTile::kWarpM, kWarpsN = kBN / ThreadTile::kWarpN;
-constexpr int kThreads = 32 * kWarpsM * kWarpsN;  // 128
-constexpr int kBlocksPerSm = 2;                   // registers: 65536 / (2 x 128) = 255 each
+constexpr int kThreads = 32 * kWarpsM * kWarpsN;  // 256
+constexpr int kBlocksPerSm = 1;                   // registers: 255 per thread allowed
 constexpr int kGroupM = 8;                        // tile rows per L2 group
 constexpr int kPadA = 4;  // keeps the transposed copies conflict-free and rows 16-byte aligned
 // -----------------------------------------------------------------------------------------------
@@ -73,40 +86,63 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) matmul_pipelined(roset
   const int m0 = tm * kBM, n0 = tn * kBN;
   const int wm = (warp / kWarpsN) * ThreadTile::kWarpM, wn = (warp % kWarpsN) * ThreadTile::kWarpN;
 
-  // a: copy c of thread t is row t/8 + kRowsA * (c % passes), k = t%8 + 8 * (c / passes): a warp
-  // covers 4 rows x 8 consecutive k (4 full sectors), and its transposed writes as[k][m] hit
-  // banks 4k + m (mod 32, 4-float pad): 32 distinct.
+  // a: copy c of thread t is row t/8 + kRowsA * (c % kPassesA), k = t%8 + 8 * (c / kPassesA): a
+  // warp covers 4 rows x 8 consecutive k (4 full sectors), and its transposed writes as[k][m]
+  // hit banks 4k + m (mod 32, 4-float pad): 32 distinct. One source pointer per row, advanced
+  // by kBK per tile, so a copy costs one LDGSTS with an immediate offset. Rows past M point at
+  // row M-1 (a valid address) and copy 0 bytes: their slots are zero-filled.
   constexpr int kPassesA = kBM / kRowsA;
   const int a_row = t / 8, a_k = t % 8;
-  const float* const a_thread = p.a + (m0 + a_row) * p.lda + a_k;
-  // b: lanes along n; a pass covers kThreads / (kBN / kVec) rows of the tile.
+  const float* a_src[kPassesA];
+  int a_bytes[kPassesA];
+#pragma unroll
+  for (int r = 0; r < kPassesA; ++r) {
+    const int m = m0 + a_row + kRowsA * r;
+    a_src[r] = p.a + min(m, p.M - 1) * p.lda + a_k;
+    a_bytes[r] = m < p.M ? 4 : 0;
+  }
+  // b: lanes along n; a pass covers kRowsB rows of the tile. Past N: column 0, 0 bytes.
   constexpr int kVec = kVecB ? 4 : 1;
   constexpr int kPerRow = kBN / kVec, kRowsB = kThreads / kPerRow, kCopiesB = kBK / kRowsB;
   const int b_k = t / kPerRow, b_n = kVec * (t % kPerRow);
-  const float* const b_thread = p.b + b_k * p.ldb + n0 + b_n;
-  const int b_bytes = 4 * max(0, min(kVec, p.N - (n0 + b_n)));  // zero-fill past N
+  const int b_bytes = 4 * max(0, min(kVec, p.N - (n0 + b_n)));  // partial vectors zero-fill
+  const float* b_src = p.b + b_k * p.ldb + (b_bytes > 0 ? n0 + b_n : 0);
+  const int64_t b_pass = kRowsB * p.ldb;
 
-  // Issues the copies of k-tile `kt` into stage `s`. An element outside a or b gets src-size 0:
-  // nothing is read (the source is then a's or b's base, a valid address) and 0 is written.
-  auto load_tile = [&](int kt, int s) {
+  auto copy_b = [&](float* dst, const float* src, int bytes) {
+    if constexpr (kVecB) cp_async16(dst, src, bytes);
+    else cp_async4(dst, src, bytes);
+  };
+  // Issues the copies of the next k-tile into stage s; k_left = K - k0 of that tile. Full tiles
+  // take the branch-free path; the last, ragged one also zero-fills k >= K (source: the
+  // operand's base, as nothing is read).
+  auto load_tile = [&](int s, int k_left) {
     float* const as = smem + s * kStageFloats;
     float* const bs = as + kBK * kLdA;
-    const int k0 = kt * kBK;
+    if (k_left >= kBK) {
 #pragma unroll
-    for (int c = 0; c < kCopiesA; ++c) {
-      const int row = a_row + kRowsA * (c % kPassesA), k = a_k + 8 * (c / kPassesA);
-      const bool ok = m0 + row < p.M && k0 + k < p.K;
-      const float* src = a_thread + int64_t(kRowsA * (c % kPassesA)) * p.lda + k0 + 8 * (c / kPassesA);
-      cp_async4(&as[k * kLdA + row], ok ? src : p.a, ok ? 4 : 0);
+      for (int c = 0; c < kCopiesA; ++c) {
+        const int r = c % kPassesA, k = a_k + 8 * (c / kPassesA);
+        cp_async4(&as[k * kLdA + a_row + kRowsA * r], a_src[r] + 8 * (c / kPassesA), a_bytes[r]);
+      }
+#pragma unroll
+      for (int c = 0; c < kCopiesB; ++c) copy_b(&bs[(b_k + kRowsB * c) * kBN + b_n], b_src + c * b_pass, b_bytes);
+    } else {
+#pragma unroll
+      for (int c = 0; c < kCopiesA; ++c) {
+        const int r = c % kPassesA, k = a_k + 8 * (c / kPassesA);
+        const bool ok = k < k_left;
+        cp_async4(&as[k * kLdA + a_row + kRowsA * r], ok ? a_src[r] + 8 * (c / kPassesA) : p.a, ok ? a_bytes[r] : 0);
+      }
+#pragma unroll
+      for (int c = 0; c < kCopiesB; ++c) {
+        const bool ok = b_k + kRowsB * c < k_left;
+        copy_b(&bs[(b_k + kRowsB * c) * kBN + b_n], ok ? b_src + c * b_pass : p.b, ok ? b_bytes : 0);
+      }
     }
 #pragma unroll
-    for (int c = 0; c < kCopiesB; ++c) {
-      const int k = b_k + kRowsB * c;
-      const bool ok = k0 + k < p.K && b_bytes > 0;
-      const float* src = b_thread + int64_t(k0 + kRowsB * c) * p.ldb;
-      if constexpr (kVecB) cp_async16(&bs[k * kBN + b_n], ok ? src : p.b, ok ? b_bytes : 0);
-      else cp_async4(&bs[k * kBN + b_n], ok ? src : p.b, ok ? b_bytes : 0);
-    }
+    for (int r = 0; r < kPassesA; ++r) a_src[r] += kBK;
+    b_src += kBK * p.ldb;
   };
 
   const int tiles_k = (p.K + kBK - 1) / kBK;
@@ -115,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) matmul_pipelined(roset
   // the tile about to be computed have landed".
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < tiles_k) load_tile(s, s);
+    if (s < tiles_k) load_tile(s, p.K - s * kBK);
     cp_async_commit();
   }
   ThreadTile tile(t % 32);
@@ -125,12 +161,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) matmul_pipelined(roset
     // One barrier does two jobs: every thread's copies of tile kt are visible, and every warp
     // has finished computing tile kt-1, whose stage (== write) the copies below refill.
     __syncthreads();
-    if (kt + kStages - 1 < tiles_k) load_tile(kt + kStages - 1, write);
+    if (kt + kStages - 1 < tiles_k) load_tile(write, p.K - (kt + kStages - 1) * kBK);
     cp_async_commit();
     const float* const as = smem + read * kStageFloats;
     const float* const bs = as + kBK * kLdA;
+    // Fragments double-buffered in registers: the LDS.128s of step k+1 are issued before the
+    // 128 FFMAs of step k, which hide their ~30-cycle latency.
+    ThreadTile::Fragment frag[2];
+    tile.load(frag[0], as + wm, bs + wn);
 #pragma unroll
-    for (int k = 0; k < kBK; ++k) tile.fma(as + k * kLdA + wm, bs + k * kBN + wn);
+    for (int k = 0; k < kBK; ++k) {
+      if (k + 1 < kBK) tile.load(frag[(k + 1) % 2], as + (k + 1) * kLdA + wm, bs + (k + 1) * kBN + wn);
+      tile.fma(frag[k % 2]);
+    }
     read = read + 1 == kStages ? 0 : read + 1;
     write = write + 1 == kStages ? 0 : write + 1;
   }

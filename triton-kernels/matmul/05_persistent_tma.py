@@ -7,16 +7,16 @@ Changed:  three device-side tensor descriptors (tl.make_tensor_descriptor) repla
           over tiles is flattened with the K loop so the pipeline runs on across tile boundaries.
           Out-of-bounds parts of a tile are zero-filled by TMA on load and clipped on store: no
           masks. Autotuned over a short list (tile, stages, warps, split epilogue).
-Why:      at bf16 4096^3 a 128 x 256 x 64 step of one program is 4.2 MFLOP in ~6 us of wgmma per
-          SM at ~990 TFLOP/s dense peak / 132 SMs ... i.e. ~550 ns per K-step, during which 48 KB
-          must land in shared memory. Step 4 issues those loads from every thread (address math,
-          predicates, cp.async per 16 bytes: ~3000 instructions per K-step on 256 threads) on the
-          same warps that issue wgmma; TMA is one instruction per tile from one thread, so the
-          tensor cores get back the issue slots. Persistence removes the per-program prologue
-          (pipeline fill, ~3 K-steps of 64 at K = 4096: ~5%) and the tail wave: 4096^3 has 512
-          tiles of 128 x 256 = 3.9 waves on 132 SMs; a persistent loop turns the partial last wave
-          into a balanced schedule. Prediction: bf16 ~650-720 TFLOP/s at 4096^3 and 8192^3
-          (0.9-0.98x cuBLAS), +10-20% over step 4.
+Why:      a 128 x 256 x 64 K-step is 2·128·256·64 = 4.2 MFLOP: ~0.56 us of wgmma at the ~990
+          TFLOP/s dense bf16 peak shared by 132 SMs, during which 48 KB must land in shared
+          memory. Step 4 moves those 48 KB as 3072 cp.async of 16 bytes (12 per thread on 8 warps,
+          each with its own address and mask arithmetic) issued by the same warps that issue
+          wgmma; TMA moves each tile with one instruction from one thread and computes the
+          addresses and the edge fill in hardware. Persistence pays the pipeline fill once per
+          SM instead of once per tile (at K = 1536 a tile is only 24 K-steps, of which ~3 are fill)
+          and, flattened, overlaps a tile's epilogue with the next tile's first loads.
+          Prediction: +5-10% over step 4 on bf16 4096^3 and 8192^3 (0.95-1.05x cuBLAS), more on
+          5120 x 1536 x 3072 (short K).
 Still:    one instruction stream issues TMA, waits on barriers, runs wgmma and the epilogue: the
           epilogue of tile i (convert + store 64 KB) is not overlapped with the mainloop of tile
           i + 1. Step 6 gives the loads their own warps (warp specialization).
@@ -26,6 +26,7 @@ Limits:   TMA needs a 16-byte aligned base and row strides that are multiples of
           K = 0 writes zeros without a launch (TMA cannot describe an empty K extent).
 Dtypes:   bfloat16, float16
 Layout:   rows
+Max:      tma_unaligned <= 0
 Mirrors:  CUDA steps 11 (wgmma + TMA) and 13 (persistent tile scheduler), without clusters
 """
 import torch

@@ -1,32 +1,39 @@
 """
-Step 6 — warp specialization: a producer warp for TMA, the warpgroup for wgmma
+Step 6 — warp specialization: producer warps for TMA, two consumer warpgroups for wgmma
 Changed:  the persistent tile loop of step 5 becomes tl.range(..., warp_specialize=True,
           flatten=False): the compiler splits the loop body into partitions that run on
-          different warps and talk through shared-memory mbarriers: one warp issues the TMA
-          loads into a ring of num_stages buffers, the 4 warps of the default partition (one
-          warpgroup) wait on "full" barriers, run wgmma and the epilogue, and arrive on "empty"
-          barriers. Registers are re-split with setmaxnreg: the producer gives most of its
-          registers back, the consumers take them for the accumulator.
-          Triton 3.6 on sm_90 applies this only to an unflattened loop at num_warps = 4; with
-          flatten=True or 8 warps it compiles step 5's single-stream code and says nothing, so
-          every config here uses 4 warps and no subtiled epilogue. Proof that it took effect:
-          the PTX contains setmaxnreg.dec / setmaxnreg.inc and the SASS USETMAXREG (the compile
-          check counts them); without it there are none.
-Why:      in step 5 one instruction stream does everything; the wait for a K-slice and the
-          epilogue (fp32 -> bf16, 64 KB TMA store per 128 x 256 tile) sit on the critical path
-          of the tensor cores. With a producer warp the next tile's loads are in flight while
-          the consumers store the previous tile, and the consumer's loop is only wait/wgmma/
-          arrive. Prediction: +3-8% over step 5 at 4096^3 and 8192^3 (~700-760 TFLOP/s bf16,
-          0.95-1.0x cuBLAS); more on the short-K shape 5120 x 1536 x 3072, where the epilogue is
-          a larger share of each tile (24 K-steps of 64 per tile).
-Still:    one consumer warpgroup per SM means one 128-row tile in flight: cuBLAS and CUDA step
-          12 run two consumer warpgroups (ping-pong: one in its epilogue while the other
-          multiplies) and CUDA step 13 shares loads across a cluster with TMA multicast; Triton's
-          tl-level language exposes neither (Gluon does).
+          different warps and hand shared-memory buffers to each other through mbarriers. On
+          sm_90 at num_warps = 4 it builds 12 warps: a 4-warp producer partition that only
+          issues the TMA loads into a ring of num_stages buffers (it gives registers back with
+          setmaxnreg.dec) and two 4-warp consumer warpgroups (setmaxnreg.inc to 232) that each own
+          half of the tile's rows (64 x BLOCK_N accumulator), wait on "full" barriers, run wgmma,
+          release the buffer and store their half of the tile by TMA.
+          Triton 3.6 on sm_90 applies this only to an unflattened loop with num_warps = 4; with
+          flatten=True or 8 warps it compiles step 5's single-stream code without a word, so
+          every config here uses 4 warps and a whole-tile epilogue. Proof that it took effect:
+          the TTGIR has a ttg.warp_specialize op with partition0/partition1, the PTX has
+          setmaxnreg.dec/.inc and the SASS USETMAXREG; step 5's has none of them.
+Why:      in step 5 the warps that run wgmma also issue every load and wait on it, and the
+          epilogue (fp32 -> bf16 and a 64 KB TMA store per 128 x 256 tile) stalls the load
+          stream too. With a producer the loads for the next K-slices (and the next tile) are
+          issued while the consumers multiply or store, and the consumers' loop is only
+          wait / wgmma / release. Register reallocation lets two consumer warpgroups hold a
+          128 x 256 fp32 accumulator (128 registers each per thread) without spilling.
+          Prediction: within +-5% of step 5 at 4096^3 and 8192^3 (both already near cuBLAS:
+          the flattened step-5 pipeline hides most of what specialization hides), ahead on
+          5120 x 1536 x 3072 where the epilogue is a larger share of each tile.
+Still:    both consumer warpgroups work on the same tile and reach the epilogue together, so the
+          tensor cores idle during each store: cuBLAS and CUDA step 12 ping-pong two tiles
+          between consumer groups, and CUDA step 13 shares loads across a cluster with TMA
+          multicast; Triton's tl-level language exposes neither (Gluon does).
+          num_stages = 5 gave wrong results (unwritten and garbage tiles) on the H100 with
+          Triton 3.6 at 128 x 128 and 128 x 64 tiles: the list stays at 3-4 stages, each config
+          checked against cuBLAS on 4096^3, 8192^3, 5120 x 1536 x 3072 and an edge shape.
 Limits:   as step 5: 16-byte aligned bases and rows (16-bit K and N multiples of 8), else
           ValueError naming step 4. K = 0 writes zeros without a launch.
 Dtypes:   bfloat16, float16
 Layout:   rows
+Max:      tma_unaligned <= 0
 Mirrors:  CUDA step 12 (warp-specialized producer/consumer), persistent as step 13
 """
 import torch
@@ -38,17 +45,18 @@ from rosetta.triton_kernels.common import sm_count, tuned
 
 
 def config(bm, bn, bk, stages):
-    # num_warps = 4: Triton 3.6 warp-specializes on sm_90 only at 4 warps (one consumer warpgroup)
+    # num_warps = 4: Triton 3.6 warp-specializes on sm_90 only at 4 warps (it then adds two
+    # 4-warp consumer partitions of its own: 12 warps in all)
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
                          num_warps=4, num_stages=stages)
 
 
 CONFIGS = tuned([config(*c) for c in [
     (128, 256, 64, 3),
-    (128, 256, 64, 4),
+    (128, 256, 32, 4),
     (128, 128, 64, 4),
-    (128, 128, 64, 5),
-    (128, 64, 64, 5),
+    (128, 128, 64, 3),
+    (128, 64, 64, 4),
 ]], config(64, 64, 32, 1))
 
 

@@ -1,0 +1,405 @@
+// Pieces of the softmax ladder that later steps share, each taught by the first step that uses it:
+//   load_vec / store_vec           a row's 16-byte vectors, masked and scalar off the aligned path  step 3
+//   Online, merge, block_merge     (max, sum of exp) pairs merged in one pass, -inf-safe           step 4
+//   softmax_online, dot_backward   block per row: 2 reads + 1 write forward, 2 + 2 + 1 backward    step 4
+//   max_dynamic_smem               the opt-in shared memory a block may ask for                    step 5
+//   launch_*_in_registers          warp per row (<= 1,024) and block per row (<= 16,384) with the
+//                                  row in registers: 1 read + 1 write, 2 + 1 backward             step 5
+// Every kernel takes rows x cols with a row stride for its inputs (Layout: rows) and contiguous
+// outputs; rows and the offsets into them are 64-bit.
+#pragma once
+
+#include "primitives.cuh"
+
+namespace rosetta::softmax {
+
+template <typename T> constexpr int kVec = Vec16<T>::kCount;  // elements per 16-byte vector
+
+// ---------------------------------------------------------------------------------------------
+// Row access (step 3)
+
+// Elements [c, c + kVec) of a row of n: one 16-byte load when the row starts 16-byte aligned
+// (`vec`; c is a multiple of kVec) and the vector lies inside the row, else one element at a
+// time with `fill` past the end (-inf: adds nothing to a max or, after exp, to a sum).
+template <typename T>
+__device__ __forceinline__ Vec16<T> load_vec(const T* row, int64_t c, int64_t n, bool vec, float fill) {
+  Vec16<T> v;
+  if (vec && c + kVec<T> <= n) {
+    v.raw = *reinterpret_cast<const uint4*>(row + c);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) v.set(k, c + k < n ? to_float(row[c + k]) : fill);
+  }
+  return v;
+}
+
+// The store that matches load_vec: elements at or past n are not written.
+template <typename T>
+__device__ __forceinline__ void store_vec(T* row, int64_t c, int64_t n, bool vec, const Vec16<T>& v) {
+  if (vec && c + kVec<T> <= n) {
+    *reinterpret_cast<uint4*>(row + c) = v.raw;
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k)
+      if (c + k < n) row[c + k] = reinterpret_cast<const T*>(&v.raw)[k];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Online softmax (step 4): Milakov & Gimelshein 2018. A pair (m, d) stands for "max m, and the
+// sum of exp(x - m)"; two pairs merge without a second look at the data.
+
+// The reference that exp(x - ref) is taken against. A max still at -inf has only seen -inf (or
+// NaN): exp(-inf - -inf) would be NaN and poison every later element, so such a pair is kept
+// against 0 instead, where its -inf elements add exp(-inf) = 0 (a NaN still adds NaN).
+__device__ __forceinline__ float reference(float m) { return m == -INFINITY ? 0.0f : m; }
+
+struct Online {
+  float m, d;  // no initialisers: an aggregate, so __shared__ arrays of it are legal
+
+  static __device__ __forceinline__ Online empty() { return {-INFINITY, 0.0f}; }  // merge's identity
+
+  // One vector of elements: its max first, then a single rescale of the running sum.
+  template <typename T>
+  __device__ __forceinline__ void add(const Vec16<T>& v) {
+    float vmax = v.get(0);
+#pragma unroll
+    for (int k = 1; k < kVec<T>; ++k) vmax = fmaxf(vmax, v.get(k));  // fmaxf skips NaN: d catches it
+    const float m_new = fmaxf(m, vmax), ref = reference(m_new);
+    float s = d * __expf(m - ref);  // m = -inf: 0 * exp(-inf) = 0; m = m_new = +inf: NaN, as torch
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) s += __expf(v.get(k) - ref);
+    m = m_new;
+    d = s;
+  }
+};
+
+__device__ __forceinline__ Online merge(const Online& a, const Online& b) {
+  Online r;
+  r.m = fmaxf(a.m, b.m);
+  const float ref = reference(r.m);
+  r.d = a.d * __expf(a.m - ref) + b.d * __expf(b.m - ref);
+  return r;
+}
+
+// Butterfly over the warp. Both partners compute merge(lower lane, upper lane) -- the same
+// operands in the same order -- so every lane ends with bit-identical (m, d).
+__device__ __forceinline__ Online warp_merge(Online a) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    Online b;
+    b.m = __shfl_xor_sync(0xffffffffu, a.m, offset);
+    b.d = __shfl_xor_sync(0xffffffffu, a.d, offset);
+    a = (lane & offset) ? merge(b, a) : merge(a, b);
+  }
+  return a;
+}
+
+// Every thread gets the block's pair. `scratch` holds kThreads / 32 pairs; the trailing barrier
+// lets the caller reuse it at once (as rosetta::block_reduce does).
+template <int kThreads>
+__device__ __forceinline__ Online block_merge(Online a, Online* scratch) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, at most 32 of them");
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  a = warp_merge(a);
+  if (lane == 0) scratch[warp] = a;
+  __syncthreads();
+  a = warp_merge(lane < kThreads / 32 ? scratch[lane] : Online::empty());
+  __syncthreads();
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Step 4's kernels: a block per row, any row length. Steps 5 and 6 fall back to them for rows
+// longer than what an SM (or a cluster) holds.
+
+constexpr int kOnlineThreads = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kOnlineThreads)
+softmax_online(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int64_t cols) {
+  constexpr int V = kVec<T>;
+  __shared__ Online scratch[kOnlineThreads / 32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {  // block-uniform: barriers inside
+    const T* in = x + row * x_stride;
+    T* o = out + row * cols;
+    const bool vin = aligned16(in), vout = aligned16(o);
+    Online t = Online::empty();  // read 1: max and sum together
+    for (int64_t c = int64_t(threadIdx.x) * V; c < cols; c += kOnlineThreads * V)
+      t.add(load_vec(in, c, cols, vin, -INFINITY));
+    const Online r = block_merge<kOnlineThreads>(t, scratch);
+    const float inv = 1.0f / r.d;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < cols; c += kOnlineThreads * V) {  // read 2, write
+      Vec16<T> v = load_vec(in, c, cols, vin, -INFINITY);
+#pragma unroll
+      for (int k = 0; k < V; ++k) v.set(k, __expf(v.get(k) - r.m) * inv);  // r.m = -inf: NaN, as torch
+      store_vec(o, c, cols, vout, v);
+    }
+  }
+}
+
+// dx = y * (dy - sum(y * dy)): one pass for the dot, one for dx.
+template <typename T>
+__global__ void __launch_bounds__(kOnlineThreads)
+dot_backward(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
+             T* __restrict__ dx, int64_t rows, int64_t cols) {
+  constexpr int V = kVec<T>;
+  __shared__ float scratch[kOnlineThreads / 32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* yr = y + row * y_stride;
+    const T* gr = dy + row * dy_stride;
+    T* o = dx + row * cols;
+    const bool vy = aligned16(yr), vg = aligned16(gr), vo = aligned16(o);
+    float dot = 0.0f;
+    for (int64_t c = int64_t(threadIdx.x) * V; c < cols; c += kOnlineThreads * V) {
+      const Vec16<T> a = load_vec(yr, c, cols, vy, 0.0f), b = load_vec(gr, c, cols, vg, 0.0f);
+#pragma unroll
+      for (int k = 0; k < V; ++k) dot += a.get(k) * b.get(k);
+    }
+    dot = rosetta::block_reduce<kOnlineThreads, Sum>(dot, scratch);
+    for (int64_t c = int64_t(threadIdx.x) * V; c < cols; c += kOnlineThreads * V) {
+      const Vec16<T> a = load_vec(yr, c, cols, vy, 0.0f), b = load_vec(gr, c, cols, vg, 0.0f);
+      Vec16<T> r;
+#pragma unroll
+      for (int k = 0; k < V; ++k) r.set(k, a.get(k) * (b.get(k) - dot));
+      store_vec(o, c, cols, vo, r);
+    }
+  }
+}
+
+// Dynamic shared memory one block may opt in to (227 KB on an H100), less room for a kernel's
+// static arrays. Per device, as rosetta::sm_count.
+inline int64_t max_dynamic_smem() {
+  static int optin[64] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (optin[device] == 0) cudaDeviceGetAttribute(&optin[device], cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return optin[device] - 1024;
+}
+
+// One block per row; the row loop inside covers grids capped at 2^31 - 1 blocks.
+inline unsigned row_grid(int64_t rows, int64_t rows_per_block = 1) {
+  return unsigned(std::min<int64_t>(ceil_div(rows, rows_per_block), INT32_MAX));
+}
+
+template <typename T>
+void launch_online(const T* x, int64_t x_stride, T* out, int64_t rows, int64_t cols, cudaStream_t stream) {
+  softmax_online<T><<<row_grid(rows), kOnlineThreads, 0, stream>>>(x, x_stride, out, rows, cols);
+}
+
+template <typename T>
+void launch_dot_backward(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx, int64_t rows,
+                         int64_t cols, cudaStream_t stream) {
+  dot_backward<T><<<row_grid(rows), kOnlineThreads, 0, stream>>>(y, y_stride, dy, dy_stride, dx, rows, cols);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Step 5: the row in registers. A "group" (a warp, or the whole block) owns a row; thread t of a
+// group of kGroup threads holds vectors t, t + kGroup, ... (coalesced: neighbouring threads hold
+// neighbouring 16-byte vectors), kElems fp32 values in all, loaded before any is used.
+
+constexpr int kWarpRowThreads = 128;  // 4 warps, a row each
+
+template <typename T, int kGroup, int kElems>
+struct RowTile {
+  static constexpr int V = kVec<T>, kVecs = kElems / V;
+  static_assert(kElems % V == 0 && kVecs >= 1, "whole 16-byte vectors per thread");
+  float v[kVecs][V];
+
+  __device__ __forceinline__ int64_t col(int i, int t) const { return (int64_t(i) * kGroup + t) * V; }
+  __device__ __forceinline__ void load(const T* row, int64_t cols, bool vec, int t, float fill) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {  // all kVecs loads issue before the first use below
+      const Vec16<T> p = load_vec(row, col(i, t), cols, vec, fill);
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[i][k] = p.get(k);
+    }
+  }
+  __device__ __forceinline__ void store(T* row, int64_t cols, bool vec, int t) const {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      Vec16<T> p;
+#pragma unroll
+      for (int k = 0; k < V; ++k) p.set(k, v[i][k]);
+      store_vec(row, col(i, t), cols, vec, p);
+    }
+  }
+};
+
+// max, then exp in place (one exp per element), then scale: the row is never read twice.
+// reduce(v, Op) is the group's all-reduce (a warp's shuffles, or block_reduce).
+template <typename Tile, typename Reduce>
+__device__ __forceinline__ void softmax_tile(Tile& x, Reduce reduce) {
+  float m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i)
+#pragma unroll
+    for (int k = 0; k < Tile::V; ++k) m = fmaxf(m, x.v[i][k]);
+  m = reduce(m, Max{});  // -inf only for an all -inf (or NaN) row: exp(NaN) below, as torch
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i)
+#pragma unroll
+    for (int k = 0; k < Tile::V; ++k) s += (x.v[i][k] = __expf(x.v[i][k] - m));  // padding: exp(-inf) = 0
+  const float inv = 1.0f / reduce(s, Sum{});
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i)
+#pragma unroll
+    for (int k = 0; k < Tile::V; ++k) x.v[i][k] *= inv;
+}
+
+// dx = y * (dy - dot), written over dy.
+template <typename Tile, typename Reduce>
+__device__ __forceinline__ void backward_tile(const Tile& y, Tile& dy, Reduce reduce) {
+  float dot = 0.0f;
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i)
+#pragma unroll
+    for (int k = 0; k < Tile::V; ++k) dot += y.v[i][k] * dy.v[i][k];  // padding: 0 * 0
+  dot = reduce(dot, Sum{});
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i)
+#pragma unroll
+    for (int k = 0; k < Tile::V; ++k) dy.v[i][k] = y.v[i][k] * (dy.v[i][k] - dot);
+}
+
+struct WarpAllReduce {
+  template <typename Op> __device__ __forceinline__ float operator()(float v, Op op) const {
+    return rosetta::warp_reduce(v, op);
+  }
+};
+template <int kThreads>
+struct BlockAllReduce {
+  float* scratch;
+  template <typename Op> __device__ __forceinline__ float operator()(float v, Op op) const {
+    return rosetta::block_reduce<kThreads>(v, scratch, op);
+  }
+};
+
+// A warp per row, 4 rows per block; no block barrier, so warps past the last row just leave.
+template <typename T, int kElems>
+__global__ void __launch_bounds__(kWarpRowThreads)
+softmax_warp_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int64_t cols) {
+  constexpr int kWarps = kWarpRowThreads / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t step = int64_t(gridDim.x) * kWarps;
+  for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows; row += step) {
+    const T* in = x + row * x_stride;
+    T* o = out + row * cols;
+    RowTile<T, 32, kElems> tile;
+    tile.load(in, cols, aligned16(in), lane, -INFINITY);
+    softmax_tile(tile, WarpAllReduce{});
+    tile.store(o, cols, aligned16(o), lane);
+  }
+}
+
+// At most 64 registers (1,024 / kThreads blocks per SM): two rows in flight per SM at 512 threads.
+template <typename T, int kThreads, int kElems>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+softmax_block_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int64_t cols) {
+  __shared__ float scratch[kThreads / 32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* in = x + row * x_stride;
+    T* o = out + row * cols;
+    RowTile<T, kThreads, kElems> tile;
+    tile.load(in, cols, aligned16(in), threadIdx.x, -INFINITY);
+    softmax_tile(tile, BlockAllReduce<kThreads>{scratch});
+    tile.store(o, cols, aligned16(o), threadIdx.x);
+  }
+}
+
+template <typename T, int kElems>
+__global__ void __launch_bounds__(kWarpRowThreads)
+backward_warp_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
+                  T* __restrict__ dx, int64_t rows, int64_t cols) {
+  constexpr int kWarps = kWarpRowThreads / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t step = int64_t(gridDim.x) * kWarps;
+  for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows; row += step) {
+    const T* yr = y + row * y_stride;
+    const T* gr = dy + row * dy_stride;
+    T* o = dx + row * cols;
+    RowTile<T, 32, kElems> ty, tg;
+    ty.load(yr, cols, aligned16(yr), lane, 0.0f);
+    tg.load(gr, cols, aligned16(gr), lane, 0.0f);
+    backward_tile(ty, tg, WarpAllReduce{});
+    tg.store(o, cols, aligned16(o), lane);
+  }
+}
+
+template <typename T, int kThreads, int kElems>
+__global__ void __launch_bounds__(kThreads)
+backward_block_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
+                   T* __restrict__ dx, int64_t rows, int64_t cols) {
+  __shared__ float scratch[kThreads / 32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* yr = y + row * y_stride;
+    const T* gr = dy + row * dy_stride;
+    T* o = dx + row * cols;
+    RowTile<T, kThreads, kElems> ty, tg;
+    ty.load(yr, cols, aligned16(yr), threadIdx.x, 0.0f);
+    tg.load(gr, cols, aligned16(gr), threadIdx.x, 0.0f);
+    backward_tile(ty, tg, BlockAllReduce<kThreads>{scratch});
+    tg.store(o, cols, aligned16(o), threadIdx.x);
+  }
+}
+
+// The register tiles, smallest that holds the row (kElems <= 32 fp32 values per thread and
+// tensor: the forward stays near 40 registers, the backward's two tiles under 100):
+//   warp per row   kElems = V, 2V, 4V, 32       cols <= 32 * kElems (fp32: 128 ... 1,024; 16-bit: 256 ... 1,024)
+//   256-thread block, kElems = 8, 16, 32        cols <= 2,048 / 4,096 / 8,192
+//   512-thread block, kElems = 32               cols <= 16,384
+constexpr int64_t kMaxRegisterCols = 16384;
+
+// Calls warp(kElems) or block(kThreads, kElems) for the tile that holds `cols` (the numbers as
+// std::integral_constant); false, and nothing called, when none does.
+template <typename T, typename Warp, typename Block>
+bool pick_register_tile(int64_t cols, Warp warp, Block block) {
+  constexpr int V = kVec<T>;
+  if (cols <= 32 * V) warp(std::integral_constant<int, V>{});
+  else if (cols <= 64 * V) warp(std::integral_constant<int, 2 * V>{});
+  else if (cols <= 128 * V) warp(std::integral_constant<int, 4 * V>{});
+  else if (cols <= 1024) warp(std::integral_constant<int, 32>{});
+  else if (cols <= 2048) block(std::integral_constant<int, 256>{}, std::integral_constant<int, 8>{});
+  else if (cols <= 4096) block(std::integral_constant<int, 256>{}, std::integral_constant<int, 16>{});
+  else if (cols <= 8192) block(std::integral_constant<int, 256>{}, std::integral_constant<int, 32>{});
+  else if (cols <= kMaxRegisterCols) block(std::integral_constant<int, 512>{}, std::integral_constant<int, 32>{});
+  else return false;
+  return true;
+}
+
+template <typename T>
+bool launch_forward_in_registers(const T* x, int64_t x_stride, T* out, int64_t rows, int64_t cols,
+                                 cudaStream_t stream) {
+  return pick_register_tile<T>(
+      cols,
+      [&](auto elems) {
+        constexpr int kElems = decltype(elems)::value;
+        softmax_warp_row<T, kElems><<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(
+            x, x_stride, out, rows, cols);
+      },
+      [&](auto threads, auto elems) {
+        constexpr int kThreads = decltype(threads)::value, kElems = decltype(elems)::value;
+        softmax_block_row<T, kThreads, kElems><<<row_grid(rows), kThreads, 0, stream>>>(x, x_stride, out, rows, cols);
+      });
+}
+
+template <typename T>
+bool launch_backward_in_registers(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
+                                  int64_t rows, int64_t cols, cudaStream_t stream) {
+  return pick_register_tile<T>(
+      cols,
+      [&](auto elems) {
+        constexpr int kElems = decltype(elems)::value;
+        backward_warp_row<T, kElems><<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(
+            y, y_stride, dy, dy_stride, dx, rows, cols);
+      },
+      [&](auto threads, auto elems) {
+        constexpr int kThreads = decltype(threads)::value, kElems = decltype(elems)::value;
+        backward_block_row<T, kThreads, kElems><<<row_grid(rows), kThreads, 0, stream>>>(
+            y, y_stride, dy, dy_stride, dx, rows, cols);
+      });
+}
+
+}  // namespace rosetta::softmax

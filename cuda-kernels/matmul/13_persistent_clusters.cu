@@ -1,0 +1,222 @@
+/*
+Step 13 — persistent tiles, 2-CTA clusters sharing B by TMA multicast, TMA-store epilogue
+Changed:  step 12's warp-specialized block, made persistent: the grid is as many 2-CTA clusters
+          as fit on the chip, each walking output tiles in grouped order, with stage and
+          barrier-phase counters running on across tiles. The two CTAs of a cluster compute
+          vertically adjacent 128 x kBN tiles that share their B tile: each loads half of it and
+          multicasts it to both (cp.async.bulk.tensor .multicast::cluster), and a stage is
+          refilled only when the consumers of both CTAs have released it (remote mbarrier
+          arrivals). The epilogue writes bf16/fp16 into 128-byte-swizzled shared memory and
+          hands it to the copy engine (cp.async.bulk.tensor store, UTMASTG), while the producer
+          is already filling the stages with the next tile. kBN is 256 or 192, whichever makes
+          waves of cluster tiles x tile width smaller (3000^3: 3 waves either way, so 192).
+Why:      step 12 paid, per 128 x 256 tile, a pipeline fill and an epilogue with the tensor
+          cores idle, and every block read its B tile from L2 alone. Now the next tile's loads
+          overlap this tile's epilogue; L2 -> SM traffic per k-tile and CTA drops from 48 KB to
+          16 + 16 KB (A own, half of B): 128 * 256 / (128 + 128) = 128 flop/B. Stores leave
+          as whole 128-byte rows. Prediction: ~740-790 TFLOP/s at 4096^3 and 8192^3
+          (~0.95-1.0x cuBLAS; fast.cu's clusters: 785 at 8192^3); 3000^3 well below (Still).
+Still:    the two consumer warpgroups do their epilogues together, so the tensor cores idle
+          while they convert and store (ping-pong consumers would overlap one's epilogue with
+          the other's MMAs); the tile shape is picked per problem from two, without stream-K
+          for the last partial wave. Rows whose byte pitch is not a multiple of 128 (K or N =
+          3000: 6000 B) make every 128-byte box row straddle two L2 lines, which roughly halves
+          the copy engine's rate (3000^3 ran at ~55% of 3072^3 in development).
+Limits:   as step 11: each of A and B needs one unit stride and the copy engine's alignment
+          (16-byte aligned base, the other stride a multiple of 8 elements); other inputs return
+          cudaErrorInvalidValue (step 10 takes them). Outputs whose rows are not 16-byte
+          multiples (N % 8 != 0) take masked register stores instead of TMA stores.
+          M, N, K < 2^31.
+Dtypes:   bfloat16, float16
+Layout:   any
+Max:      tma_unaligned <= 0
+*/
+#include "hopper.cuh"
+
+namespace {
+
+namespace sm90 = rosetta::sm90;
+
+constexpr int kBM = 128, kBK = 64, kCluster = 2;
+constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);  // 384
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+constexpr int kGroupM = 8;  // cluster rows (of 2 tiles) per group of the persistent order
+static_assert(kBK * 2 == 128, "one k-tile row is exactly one 128-byte swizzle row");
+static_assert(kBM == 64 * kConsumers, "one m64 wgmma row block per consumer warpgroup");
+
+// Shared memory for a kBN-wide tile: kStages stages of A (128 x 64) and B (kBN x 64), the output
+// staging tile (128 x kBN, as kBN / 64 swizzled 64 x 64 boxes per consumer), barriers, slack
+// for 1024-byte alignment. 256: 3 x 48 + 64 KB; 192: 4 x 40 + 48 KB; both ~209 KB of 227.
+template <int kBN>
+struct Config {
+  static constexpr int kStages = kBN == 256 ? 3 : 4;
+  static constexpr int kBytesA = kBM * kBK * 2, kBytesB = kBN * kBK * 2;
+  static constexpr int kStageBytes = kBytesA + kBytesB;
+  static constexpr int kOutBytes = kBM * kBN * 2;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 2 * kStages * 8 + 1024;
+  static_assert(kBN % 64 == 0 && (kBN / kCluster) % 8 == 0, "multicast halves of whole 8-row groups");
+  static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one block");
+};
+
+template <typename T, int kBN, bool kMnMajorA, bool kMnMajorB>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1)
+    matmul_persistent(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                      const __grid_constant__ CUtensorMap map_out, T* __restrict__ out, int M, int N, int K,
+                      bool tma_store, bool pairs) {
+  using C = Config<kBN>;
+  using TileA = sm90::OperandTile<kBM, kMnMajorA>;
+  using TileB = sm90::OperandTile<kBN, kMnMajorB>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* const smem = smem_raw + (1024 - sm90::smem_u32(smem_raw) % 1024) % 1024;
+  unsigned char* const staging = smem + C::kStages * C::kStageBytes;
+  uint64_t* const full = reinterpret_cast<uint64_t*>(staging + C::kOutBytes);
+  uint64_t* const empty = full + C::kStages;
+  auto tile_a = [&](int s) { return smem + s * C::kStageBytes; };
+  auto tile_b = [&](int s) { return smem + s * C::kStageBytes + C::kBytesA; };
+
+  const int rank = int(sm90::cluster_cta_rank());  // 0: upper tile of the pair, 1: lower
+  const int cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
+  const int pair_rows = ((M + kBM - 1) / kBM + kCluster - 1) / kCluster, tiles_n = (N + kBN - 1) / kBN;
+  const int pairs_total = pair_rows * tiles_n;
+  const int k_tiles = (K + kBK - 1) / kBK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      sm90::mbarrier_init(&full[s], 1);                      // own expect_tx, then A + both B halves
+      sm90::mbarrier_init(&empty[s], kConsumers * kCluster);  // every consumer of the cluster
+    }
+    sm90::fence_barrier_init();
+  }
+  sm90::cluster_sync();  // the peer multicasts into our barriers: both initialised first
+
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    sm90::set_max_registers<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      int it = 0;  // k-tiles issued by this CTA: stage it % kStages, fill it / kStages
+      for (int t = cluster; t < pairs_total; t += clusters) {
+        int pr, tn;
+        sm90::grouped_tile(t, pair_rows, tiles_n, kGroupM, pr, tn);
+        const int m0 = (kCluster * pr + rank) * kBM, n0 = tn * kBN;  // the lower tile may lie past M: zero-filled
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+          const int s = it % C::kStages;
+          sm90::mbarrier_wait(&empty[s], (it / C::kStages + 1) % 2);  // both CTAs released fill f - 1
+          sm90::mbarrier_arrive_expect_tx(&full[s], C::kStageBytes);
+          TileA::load(&map_a, tile_a(s), &full[s], m0, kt * kBK);
+          TileB::load(&map_b, tile_b(s), &full[s], n0, kt * kBK, rank, kCluster, (1u << kCluster) - 1);
+        }
+      }
+    }
+  } else {
+    sm90::set_max_registers<kConsumerRegs>();
+    const int row0 = 64 * (wg - 1);
+    const bool leader = threadIdx.x % 128 == 0;  // issues the TMA stores
+    unsigned char* const my_staging = staging + (wg - 1) * (C::kOutBytes / kConsumers);
+    // A stage is free once both warpgroups of both CTAs have arrived (empty's count is 4): lane c
+    // of the warpgroup signals CTA c, so the arrivals go out in parallel.
+    auto release = [&](int s) {
+      if (threadIdx.x % 128 < kCluster) sm90::mbarrier_arrive_cluster(&empty[s], threadIdx.x % 128);
+    };
+    int it = 0;
+    for (int t = cluster; t < pairs_total; t += clusters) {
+      int pr, tn;
+      sm90::grouped_tile(t, pair_rows, tiles_n, kGroupM, pr, tn);
+      const int m0 = (kCluster * pr + rank) * kBM + row0, n0 = tn * kBN;
+      float d[kBN / 2] = {};
+      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+        const int s = it % C::kStages;
+        sm90::mbarrier_wait(&full[s], (it / C::kStages) % 2);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk)
+          sm90::wgmma<T, kBN, kMnMajorA, kMnMajorB>(d, TileA::descriptor(tile_a(s), row0, kk),
+                                                    TileB::descriptor(tile_b(s), 0, kk));
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<1>();  // the previous k-tile's group is done: release its stage
+        if (kt > 0) release((it - 1) % C::kStages);
+      }
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(d);
+      release((it - 1) % C::kStages);  // the tile's last stage; the producer is already ahead
+
+      if (!tma_store) {
+        sm90::store_accumulators<T, kBN>(d, out, M, N, m0, n0, pairs);
+        continue;
+      }
+      // The previous tile's TMA store must have read the staging tile before it is rewritten.
+      if (leader) sm90::tma_store_wait_read();
+      sm90::named_barrier(wg, 128);
+      // Box j (columns 64j ..) row r at j * 8192 + r * 128, 16-byte chunk XOR r % 8: the layout
+      // CU_TENSOR_MAP_SWIZZLE_128B reads. A warp's 4-byte stores (8 rows x 4 column pairs of one
+      // chunk) then hit 8 different chunks of 8 lines: all 32 banks, no conflict.
+      const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+#pragma unroll
+      for (int c = 0; c < kBN / 8; ++c) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 16 * warp + lane / 4 + 8 * h;
+          const T v[2] = {rosetta::from_float<T>(d[4 * c + 2 * h]), rosetta::from_float<T>(d[4 * c + 2 * h + 1])};
+          unsigned char* p = my_staging + (c / 8) * 8192 + r * 128 + ((c % 8) ^ (r % 8)) * 16 + (lane % 4) * 4;
+          *reinterpret_cast<uint32_t*>(p) = *reinterpret_cast<const uint32_t*>(v);
+        }
+      }
+      sm90::fence_proxy_async_shared();
+      sm90::named_barrier(wg, 128);
+      if (leader) {
+        for (int j = 0; j < kBN / 64; ++j) sm90::tma_store(&map_out, my_staging + j * 8192, n0 + 64 * j, m0);
+        sm90::tma_store_commit();
+      }
+    }
+    if (leader) sm90::tma_store_wait();
+  }
+  // No CTA leaves while its peer may still multicast into it or arrive on its barriers.
+  sm90::cluster_sync();
+}
+
+template <typename T, int kBN, bool kMnA, bool kMnB>
+void launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const CUtensorMap& map_out, T* out, int M,
+            int N, int K, bool tma_store, bool pairs, int pairs_total, cudaStream_t stream) {
+  const auto kernel = matmul_persistent<T, kBN, kMnA, kMnB>;
+  static const int max_clusters = [&] {  // clusters of 2 co-resident at 1 block per SM
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config<kBN>::kSmemBytes);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(kCluster * rosetta::sm_count());
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = Config<kBN>::kSmemBytes;
+    int n = 0;
+    cudaOccupancyMaxActiveClusters(&n, kernel, &config);
+    return std::max(n, 1);
+  }();
+  const int clusters = std::min(pairs_total, max_clusters);
+  kernel<<<kCluster * clusters, kThreads, Config<kBN>::kSmemBytes, stream>>>(a.map, b.map, map_out, out, M, N, K,
+                                                                            tma_store, pairs);
+}
+
+}  // namespace
+
+cudaError_t matmul_13_persistent_clusters(const rosetta::MatmulArgs& args, cudaStream_t stream) {
+  return sm90::tc_matmul_launch(args, stream, [&](auto tag, int M, int N, int K) {
+    using T = decltype(tag);
+    // Tile width: the cluster-pair count in waves of ~half the SMs, times the width. 4096^3:
+    // 256 wide = 16 x 16 pairs = 4 waves of 66 (x 256 = 1024) beats 192 wide = 6 waves (1152).
+    const int slots = rosetta::sm_count() / kCluster;
+    const int64_t pair_rows = rosetta::ceil_div(rosetta::ceil_div(M, kBM), kCluster);
+    const int64_t pairs256 = pair_rows * rosetta::ceil_div(N, 256), pairs192 = pair_rows * rosetta::ceil_div(N, 192);
+    const bool wide = rosetta::ceil_div(pairs256, slots) * 256 <= rosetta::ceil_div(pairs192, slots) * 192;
+    const int bn = wide ? 256 : 192;
+    const int64_t pairs_total = wide ? pairs256 : pairs192;
+    if (pairs_total > INT_MAX) return cudaErrorInvalidValue;
+
+    sm90::TmaOperand a, b;
+    if (!sm90::make_tma_operand<T>(a, args.a, false, kBM) || !sm90::make_tma_operand<T>(b, args.b, true, bn / kCluster))
+      return cudaErrorInvalidValue;
+    CUtensorMap map_out{};  // out is M x N contiguous: TMA stores need N % 8 == 0 and a 16-byte aligned base
+    const bool tma_store = sm90::encode_map<T>(map_out, args.out.data, N, M, N, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+    const bool pairs = N % 2 == 0 && reinterpret_cast<uintptr_t>(args.out.data) % 4 == 0;
+    sm90::with_majors(a.mn_major, b.mn_major, [&](auto mn_a, auto mn_b) {
+      if (wide) launch<T, 256, mn_a, mn_b>(a, b, map_out, args.out.ptr<T>(), M, N, K, tma_store, pairs, int(pairs_total), stream);
+      else launch<T, 192, mn_a, mn_b>(a, b, map_out, args.out.ptr<T>(), M, N, K, tma_store, pairs, int(pairs_total), stream);
+    });
+    return cudaSuccess;
+  });
+}

@@ -1,0 +1,245 @@
+/*
+Step 6 — a long row over a thread-block cluster, partials through distributed shared memory
+Changed:  a row longer than step 5's register tiles (> 16,384 elements) is cut into C equal
+          slices (C = 1, 2, 4, 8 or 16), one per CTA of a cluster (sm_90: up to 8 portable,
+          16 with cudaFuncAttributeNonPortableClusterSizeAllowed). Each 512-thread CTA loads
+          its slice once into shared memory (8 16-byte vectors in flight per thread) and folds
+          it into an online (max, sum) pair; thread 0 publishes the CTA's pair in shared memory;
+          cluster.sync() (barrier.cluster); every warp then reads the C pairs straight from
+          the peers' shared memory (cluster.map_shared_rank: MAPA + LD over DSMEM) and merges
+          them; each CTA writes its slice from shared memory. Backward: y and dy slices in
+          shared memory, the partial dots sum(y * dy) exchanged the same way. C is the
+          smallest that gives <= 100 KB of slice per CTA (two CTAs per SM, so one's exchange
+          overlaps the other's loads), else <= ~226 KB (one per SM); launched with
+          cudaLaunchKernelEx and cudaLaunchAttributeClusterDimension. Rows <= 16,384 take
+          step 5's register tiles (softmax.cuh).
+Why:      step 5 read rows past one SM's 227 KB twice (bf16 4096 x 131072 is 256 KB a row,
+          fp32 4096 x 262144 1 MB): 3n bytes, <= 2/3 of the copy ceiling. A cluster's shared
+          memory is up to 16 x 227 KB: 1 MB of fp32 is 16 x 64 KB (or 8 x 128 KB), so the row
+          costs 1 read + 1 write again (2n; backward 2 MB of y and dy: 16 x 128 KB, 3n). The
+          exchange is C pairs of 8 bytes per row over DSMEM and two cluster barriers, against
+          8-16 us of DRAM time per 1 MB row per cluster. One-wave arithmetic: 4,096 rows, a
+          cluster of 16 per row, 2 CTAs per SM: ~16 rows in flight, 256 rounds, so the tail
+          is < 1%. Bytes in flight: 512 threads x 128 B = 64 KB per CTA.
+          Prediction: bf16 4096 x 131072 and fp32 4096 x 262144 ~2,800-2,950 GB/s forward and
+          backward (step 5: ~1,900-2,000); other shapes as step 5.
+Still:    each CTA's load, exchange and write are phases; two CTAs per SM hide the barrier
+          latency only where the slice is <= 100 KB (the fp32 262,144 backward runs one CTA
+          per SM). Rows past 16 x ~226 KB (fp32 > ~900K elements, backward ~450K) fall back
+          to step 4's online kernel (2 reads + 1 write).
+Limits:   none: rows past what a cluster of 16 holds take step 4's kernels.
+Layout:   rows
+*/
+#include <cooperative_groups.h>
+
+#include "softmax.cuh"
+
+namespace {
+
+namespace cg = cooperative_groups;
+namespace sm = rosetta::softmax;
+using rosetta::Vec16;
+
+constexpr int kThreads = 512;
+constexpr int kBatch = 8;                 // 16-byte vectors in flight per thread (forward)
+constexpr int kBatchBackward = 3;         // per tensor (y and dy): what 64 registers hold
+constexpr int64_t kShareBytes = 100 << 10;  // a slice this small leaves room for 2 CTAs per SM
+constexpr int kMaxCluster = 16;
+
+// CTA `rank` of the cluster owns elements [rank * slice, rank * slice + slice) of every row it
+// visits (slice: a multiple of the vector width, so every slice starts 16-byte aligned when the
+// row does). Thread t stores vectors t, t + 512, ... of the slice in shared memory and later
+// reads back only those: no CTA barrier between loading and writing, nor before the next row.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 2)
+softmax_cluster(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int cols, int slice) {
+  constexpr int V = sm::kVec<T>;
+  extern __shared__ uint4 slice_smem[];  // slice / V vectors
+  __shared__ sm::Online scratch[kThreads / 32];
+  __shared__ sm::Online partial;  // this CTA's (max, sum), read by every CTA of the cluster
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank()), ranks = int(cluster.num_blocks());
+  const int lane = threadIdx.x % 32;
+  const int begin = rank * slice;
+  const int len = max(0, min(slice, cols - begin));  // 0 for a CTA past a short row's end
+  const int vecs = (len + V - 1) / V;
+  const int64_t clusters = gridDim.x / ranks;
+  for (int64_t row = blockIdx.x / ranks; row < rows; row += clusters) {  // cluster-uniform: barriers inside
+    const T* in = x + row * x_stride + begin;
+    T* o = out + row * cols + begin;
+    const bool vin = rosetta::aligned16(in), vout = rosetta::aligned16(o);
+    sm::Online t = sm::Online::empty();
+    for (int i0 = threadIdx.x; i0 < vecs; i0 += kBatch * kThreads) {
+      Vec16<T> v[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)  // all loads issue before the first store
+        if (i0 + b * kThreads < vecs) v[b] = sm::load_vec(in, int64_t(i0 + b * kThreads) * V, len, vin, -INFINITY);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        if (i0 + b * kThreads < vecs) {
+          slice_smem[i0 + b * kThreads] = v[b].raw;
+          t.add(v[b]);
+        }
+    }
+    t = sm::block_merge<kThreads>(t, scratch);
+    if (threadIdx.x == 0) partial = t;
+    // Every CTA's pair is written (arrive: release) and visible to all (wait: acquire). The
+    // first sync also guarantees that every peer has started, before its shared memory is read.
+    cluster.sync();
+    // Lane r of every warp reads CTA r's pair over DSMEM; the butterfly merge gives every
+    // warp of every CTA the same bits, so all slices are scaled alike.
+    const sm::Online r = sm::warp_merge(lane < ranks ? *cluster.map_shared_rank(&partial, lane) : sm::Online::empty());
+    // Done reading the peers. The matching wait comes after the writes: no CTA may rewrite its
+    // `partial` (next row) or exit while a peer may still be reading it.
+    cluster.barrier_arrive();
+    const float inv = 1.0f / r.d;
+    for (int i = threadIdx.x; i < vecs; i += kThreads) {
+      Vec16<T> v{slice_smem[i]};
+#pragma unroll
+      for (int k = 0; k < V; ++k) v.set(k, __expf(v.get(k) - r.m) * inv);  // r.m = -inf: NaN, as torch
+      sm::store_vec(o, int64_t(i) * V, len, vout, v);
+    }
+    cluster.barrier_wait();
+  }
+}
+
+// y in vectors [0, slice / V) of shared memory, dy in [slice / V, 2 slice / V).
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 2)
+backward_cluster(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
+                 T* __restrict__ dx, int64_t rows, int cols, int slice) {
+  constexpr int V = sm::kVec<T>;
+  extern __shared__ uint4 slice_smem[];
+  __shared__ float scratch[kThreads / 32];
+  __shared__ float partial;  // this CTA's sum(y * dy)
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank()), ranks = int(cluster.num_blocks());
+  const int lane = threadIdx.x % 32;
+  const int begin = rank * slice;
+  const int len = max(0, min(slice, cols - begin));
+  const int vecs = (len + V - 1) / V;
+  uint4* const y_smem = slice_smem;
+  uint4* const dy_smem = slice_smem + slice / V;
+  const int64_t clusters = gridDim.x / ranks;
+  for (int64_t row = blockIdx.x / ranks; row < rows; row += clusters) {
+    const T* yr = y + row * y_stride + begin;
+    const T* gr = dy + row * dy_stride + begin;
+    T* o = dx + row * cols + begin;
+    const bool vy = rosetta::aligned16(yr), vg = rosetta::aligned16(gr), vo = rosetta::aligned16(o);
+    float dot = 0.0f;
+    for (int i0 = threadIdx.x; i0 < vecs; i0 += kBatchBackward * kThreads) {
+      Vec16<T> a[kBatchBackward], b[kBatchBackward];
+#pragma unroll
+      for (int u = 0; u < kBatchBackward; ++u) {
+        const int i = i0 + u * kThreads;
+        if (i < vecs) {
+          a[u] = sm::load_vec(yr, int64_t(i) * V, len, vy, 0.0f);  // 0 past the end: 0 * 0 adds nothing
+          b[u] = sm::load_vec(gr, int64_t(i) * V, len, vg, 0.0f);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatchBackward; ++u) {
+        const int i = i0 + u * kThreads;
+        if (i < vecs) {
+          y_smem[i] = a[u].raw;
+          dy_smem[i] = b[u].raw;
+#pragma unroll
+          for (int k = 0; k < V; ++k) dot += a[u].get(k) * b[u].get(k);
+        }
+      }
+    }
+    dot = rosetta::block_reduce<kThreads, rosetta::Sum>(dot, scratch);
+    if (threadIdx.x == 0) partial = dot;
+    cluster.sync();  // as in the forward: every partial written and visible, every peer running
+    // Lane r reads CTA r's dot; a butterfly sum of the same 16 values: the same bits everywhere.
+    dot = rosetta::warp_sum(lane < ranks ? *cluster.map_shared_rank(&partial, lane) : 0.0f);
+    cluster.barrier_arrive();
+    for (int i = threadIdx.x; i < vecs; i += kThreads) {
+      const Vec16<T> a{y_smem[i]}, b{dy_smem[i]};
+      Vec16<T> r;
+#pragma unroll
+      for (int k = 0; k < V; ++k) r.set(k, a.get(k) * (b.get(k) - dot));
+      sm::store_vec(o, int64_t(i) * V, len, vo, r);
+    }
+    cluster.barrier_wait();
+  }
+}
+
+// Launches kernel(args..., rows, cols, slice) with the smallest cluster whose slices fit
+// (tensors: slices of shared memory per element, 1 forward, 2 backward). Fitting: <= 100 KB a
+// CTA first (two CTAs per SM), then anything the opt-in allows; the hardware must also be able
+// to place such a cluster (cudaOccupancyMaxActiveClusters > 0: size 16 needs a GPC with 8+ free
+// SMs). Returns false, having launched nothing, when no cluster holds the row.
+template <typename T, typename Kernel, typename... Args>
+bool launch_cluster(Kernel kernel, int tensors, int64_t rows, int64_t cols, cudaStream_t stream, cudaError_t& status,
+                    Args... args) {
+  constexpr int V = sm::kVec<T>;
+  for (const int64_t budget : {kShareBytes, sm::max_dynamic_smem()}) {
+    for (int ranks = 1; ranks <= kMaxCluster; ranks *= 2) {
+      const int64_t slice = rosetta::ceil_div(rosetta::ceil_div(cols, ranks), V) * V;
+      const int64_t bytes = tensors * slice * int64_t(sizeof(T));
+      if (bytes > budget) continue;
+      const bool settable =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) == cudaSuccess &&
+          (ranks <= 8 || cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess);
+      if (!settable) {
+        (void)cudaGetLastError();  // not on this device: try the next size
+        continue;
+      }
+      cudaLaunchAttribute cluster_dim{};
+      cluster_dim.id = cudaLaunchAttributeClusterDimension;
+      cluster_dim.val.clusterDim.x = unsigned(ranks);
+      cluster_dim.val.clusterDim.y = 1;
+      cluster_dim.val.clusterDim.z = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(unsigned(ranks * std::min<int64_t>(rows, INT32_MAX / ranks)));  // a cluster per row
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = size_t(bytes);
+      config.stream = stream;
+      config.attrs = &cluster_dim;
+      config.numAttrs = 1;
+      int placeable = 0;
+      if (cudaOccupancyMaxActiveClusters(&placeable, kernel, &config) != cudaSuccess || placeable == 0) {
+        (void)cudaGetLastError();  // a cluster this device cannot place: try the next size
+        continue;
+      }
+      status = cudaLaunchKernelEx(&config, kernel, args..., rows, int(cols), int(slice));
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+cudaError_t softmax_06_cluster(const rosetta::SoftmaxArgs& a, cudaStream_t stream) {
+  const int64_t rows = a.x.size[0], cols = a.x.size[1];
+  if (rows == 0 || cols == 0) return cudaSuccess;  // nothing to write
+  cudaError_t status = cudaSuccess;
+  const cudaError_t launched = rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = a.x.ptr<const T>();
+    T* out = a.out.ptr<T>();
+    if (sm::launch_forward_in_registers(x, a.x.stride[0], out, rows, cols, stream)) return;  // step 5's tiles
+    if (launch_cluster<T>(softmax_cluster<T>, 1, rows, cols, stream, status, x, a.x.stride[0], out)) return;
+    sm::launch_online(x, a.x.stride[0], out, rows, cols, stream);  // past 16 x 226 KB: 2 reads + 1 write
+  });
+  return status != cudaSuccess ? status : launched;
+}
+
+cudaError_t softmax_06_cluster_backward(const rosetta::SoftmaxBackwardArgs& a, cudaStream_t stream) {
+  const int64_t rows = a.y.size[0], cols = a.y.size[1];
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  cudaError_t status = cudaSuccess;
+  const cudaError_t launched = rosetta::dispatch_dtype(a.y.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* y = a.y.ptr<const T>();
+    const T* dy = a.dy.ptr<const T>();
+    T* dx = a.dx.ptr<T>();
+    const int64_t ys = a.y.stride[0], gs = a.dy.stride[0];
+    if (sm::launch_backward_in_registers(y, ys, dy, gs, dx, rows, cols, stream)) return;
+    if (launch_cluster<T>(backward_cluster<T>, 2, rows, cols, stream, status, y, ys, dy, gs, dx)) return;
+    sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // 4 reads + 1 write
+  });
+  return status != cudaSuccess ? status : launched;
+}
