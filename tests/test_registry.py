@@ -100,3 +100,11 @@ def test_every_op_with_steps_has_test_cases(op):
     """An op with steps but no test shapes would be tested vacuously: fail instead."""
     spec = SPECS[op]
     assert spec.test_shapes and spec.cpu_shapes, f"{op} has steps but no test shapes in its spec"
+
+
+@pytest.mark.parametrize("v", rosetta.variants(), ids=lambda v: v.label)
+def test_predictions_live_in_the_kernel_log_not_the_header(v):
+    """One home for a step's prediction (KERNEL_LOG's **Prediction.**, written before measuring):
+    a second copy in the header drifts from the first."""
+    assert "Prediction:" not in (registry.REPO / v.source).read_text()[:4000], \
+        f"{v.source}: move the header's prediction to KERNEL_LOG.md"

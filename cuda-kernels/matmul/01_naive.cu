@@ -7,8 +7,7 @@ Why:      the simplest correct kernel, and a lesson in what a warp's addresses c
           of a warp hold 32 consecutive m and one n: each k reads 32 different rows of a (32
           sectors of 32 B for 128 useful bytes), one broadcast b, and the final stores hit 32 rows
           of out. Arithmetic intensity against L1/L2 is ~1 KB of sectors per 64 flops (1/16
-          flop/B) and every FFMA waits on two dependent loads. Prediction: ~0.5 TFLOP/s at 4096^3,
-          under 1% of the ~60 TFLOP/s FP32 FMA peak.
+          flop/B) and every FFMA waits on two dependent loads.
 Still:    uncoalesced: neighbouring lanes touch addresses lda floats apart. Step 2 swaps the roles
           of the thread indices so a warp reads one row of b contiguously.
 Limits:   M, N, K < 2^31.

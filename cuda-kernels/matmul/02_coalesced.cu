@@ -5,9 +5,6 @@ Changed:  step 1 with the thread indices swapped: the 32 lanes of a warp now hol
 Why:      per k a warp now reads one broadcast a[m][k] and 128 contiguous bytes of row k of b
           (4 full sectors, not 32 part-used ones), and its stores are one 128-byte line. Bytes
           requested from L1 per 64 flops drop from ~1 KB to ~132 B: ~8x less traffic.
-          Prediction: ~6 TFLOP/s (siboehm's H100 run: 6.3), now limited by issuing two global
-          loads per FFMA and by L1 throughput, since every operand still comes from L1/L2 once
-          per use: 2 loads x 4 B per 2 flops.
 Still:    no reuse on chip: each a element is loaded by N threads and each b element by M
           threads. Step 3 stages 32 x 32 tiles in shared memory so each is read from global
           once per block.

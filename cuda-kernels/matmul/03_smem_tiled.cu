@@ -7,8 +7,7 @@ Why:      each element fetched from global memory is now used 32 times: global i
           from 1/4 to 32 x 2 flops / (2 x 4 B) = 8 flop/B, so L2 traffic stops being the
           limit. Shared memory becomes it: every FFMA still needs two 4-byte shared loads (one
           broadcast As[m][k], one conflict-free Bs[k][n]): 2 LDS per FFMA, 0.5 flop per smem
-          byte. Prediction: ~9 TFLOP/s (siboehm: 9.2), issue-bound on LDS, a third of the issue
-          slots doing FFMA at best.
+          byte.
 Still:    one output per thread: every FMA pays two shared loads. Step 4 computes a column of
           outputs per thread so one loaded b value feeds several FMAs.
 Limits:   M, N, K < 2^31.

@@ -6,7 +6,7 @@ Changed:  64 x 64 output tiles, K in steps of 8, 512 threads; each thread owns 8
 Why:      step 3 issued 2 shared loads per FFMA. Now per k a thread issues 1 LDS of b plus 8
           broadcast LDS of a for 8 FFMAs: 1.1 LDS per FFMA instead of 2, and a block moves
           (64 + 64) x 8 x 4 B = 4 KB from global per 64 x 64 x 8 x 2 = 64 Kflop: 16 flop/B
-          (2x step 3). Prediction: ~2x step 3, ~17 TFLOP/s (siboehm: 17.2).
+          (2x step 3).
 Still:    the a operand is still one 4-byte LDS per FFMA; a 2-D tile of TM x TN outputs reuses
           both a and b from registers (step 5).
 Limits:   M, N, K < 2^31.

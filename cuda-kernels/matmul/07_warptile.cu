@@ -15,9 +15,7 @@ Why:      step 6's 8 x 8 lanes made a warp read 512 bytes of bs per LDS.128 (4 w
           128 threads: each of the 4 schedulers gets 2 warps, one from each block, and while
           one block waits at its barrier for global loads the other computes. Shared memory is
           small (16.6 KB per block of 228 KB); the tile count at 4096^3 is 1024 = 3.9 waves of
-          264 blocks. Prediction: ~1.2x step 6, ~38-40 TFLOP/s; ncu counted 89.2% of
-          issued instructions as FFMA (step 6: 87.1%). Measured once on the H100: 39.6-40.0
-          TFLOP/s at 4096^3 and 8192^3 (0.77x cuBLAS).
+          264 blocks.
 Still:    a block loads a tile (global -> registers -> shared), waits at a barrier, computes,
           waits again: its own global latency is never overlapped with its own math, only
           hidden by the other block. Step 8 copies with cp.async into a ring of shared-memory

@@ -14,10 +14,7 @@ Why:      in step 7 a block's global latency (~1 us per tile from L2/DRAM) sat b
           between. Global intensity: (128 + 256) x 16 x 4 B per 128 x 256 x 16 x 2 flops =
           42.7 flop/B (step 7: 32); shared 16 flop/B per warp and 21 FFMA per LDS.128 as in
           step 7. Copies cost one LDGSTS each (per-row source pointers, immediate offsets):
-          ncu counted 91.8% of issued instructions as FFMA at 4096^3 (step 7: 89.2%). Prediction:
-          ~1.1x step 7, ~44-46 TFLOP/s at 4096^3 (~0.87x cuBLAS). Measured once on the H100
-          (do_bench-like, L2 flushed): 44.4 at 4096^3, 44.8 at 8192^3, 32.2 at 3000^3, 34.4
-          at 4097x4095x4099 (cuBLAS: 51.4, 51.3, 43.5, 45.5).
+          ncu counted 91.8% of issued instructions as FFMA at 4096^3 (step 7: 89.2%).
 Still:    ~27% of scheduler cycles have no eligible warp (ncu): 2 warps per scheduler barely
           cover LDS latency and register-bank stalls, so FFMA issue sits near 70% of peak;
           cuBLAS's hand-scheduled SASS reaches ~78%. Ragged and mid-size shapes lose a

@@ -14,7 +14,6 @@ Why:      step 8 tops out near the FP32 FMA peak (~60 TFLOP/s). One HMMA.16816 d
           But each tile is loaded synchronously (global latency fully exposed between two
           barriers, only ~1-2 blocks per SM to cover it) and wmma's opaque fragments hide the
           register layout, so loads cannot be scheduled around the HMMAs.
-          Prediction: ~150-250 TFLOP/s at 4096^3 (3-4x step 8, ~0.3x cuBLAS).
 Still:    no copy/compute overlap, padded (not swizzled) shared rows and wmma's generic
           fragment loads. Step 10 drives mma.sync directly from ldmatrix over XOR-swizzled
           shared memory filled by a cp.async pipeline.

@@ -13,7 +13,6 @@ Why:      step 9 waited for global memory at every tile and read fragments throu
           32 flop per shared byte, against 21 for step 9's 64 x 32 warp tile (3 KB, 65 kflop).
           Block tile intensity 64 flop/B as before; 2 blocks (8 warps) per SM, 96 KB each.
           mma.sync cannot reach Hopper's full tensor rate (only wgmma can).
-          Prediction: ~400-480 TFLOP/s at 4096^3 (~2x step 9, ~0.6x cuBLAS).
 Still:    the register file is the staging area of every operand (LDSM then HMMA), and the
           warp-synchronous HMMA cannot reach Hopper's tensor peak. Step 11 hands whole tiles to
           the copy engine (TMA) and the warpgroup MMA (wgmma), which reads shared memory itself.

@@ -14,7 +14,7 @@ Why:      step 10 spent issue slots on 8 LDSM + 32 HMMA + address math per warp 
           m64n128k16 is 262 kflop from a single instruction per warp; the copy of a whole tile
           is one instruction for one thread. Tile intensity is still 128 * 128 / (128 + 128)
           = 64 flop/B (32 KB per 2.1 Mflop k-tile): at ~700 TFLOP/s that is ~11 TB/s from L2,
-          near its limit. Prediction: ~450-550 TFLOP/s at 4096^3 (~0.65x cuBLAS).
+          near its limit.
 Still:    every thread both waits for copies and computes: one __syncthreads per k-tile before a
           stage is refilled, and the wgmma queue drains to 1 group at each one. The tile is too
           small for the L2 bandwidth. Step 12 gives copies and MMAs to different warpgroups,

@@ -13,7 +13,6 @@ Why:      step 11's __syncthreads per k-tile let the slower warpgroup stall the 
           128 * 256 / (128 + 256) = 85 flop/B (48 KB per 4.2 Mflop k-tile) against 64: at
           ~700 TFLOP/s ~8 TB/s from L2 instead of ~11. 128 accumulators need more than the
           168 registers a 384-thread block gets per thread: hence setmaxnreg.
-          Prediction: ~620-680 TFLOP/s at 4096^3 (~0.85-0.9x cuBLAS; fast.cu: 650-672).
 Still:    one block per tile: each block pays the pipeline fill and a register-to-global
           epilogue (4-byte stores, half-used sectors) with the tensor cores idle, and neighbouring
           blocks fetch the same B tile from L2 separately. Step 13 keeps blocks resident over

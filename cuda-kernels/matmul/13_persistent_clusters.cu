@@ -14,8 +14,7 @@ Why:      step 12 paid, per 128 x 256 tile, a pipeline fill and an epilogue with
           cores idle, and every block read its B tile from L2 alone. Now the next tile's loads
           overlap this tile's epilogue; L2 -> SM traffic per k-tile and CTA drops from 48 KB to
           16 + 16 KB (A own, half of B): 128 * 256 / (128 + 128) = 128 flop/B. Stores leave
-          as whole 128-byte rows. Prediction: ~740-790 TFLOP/s at 4096^3 and 8192^3
-          (~0.95-1.0x cuBLAS; fast.cu's clusters: 785 at 8192^3); 3000^3 well below (Still).
+          as whole 128-byte rows.
 Still:    the two consumer warpgroups do their epilogues together, so the tensor cores idle
           while they convert and store (ping-pong consumers would overlap one's epilogue with
           the other's MMAs); the tile shape is picked per problem from two, without stream-K

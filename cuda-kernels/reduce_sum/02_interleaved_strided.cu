@@ -3,8 +3,6 @@ Step 2 — interleaved addressing, strided index (Harris's kernel 2)
 Changed:  in round s, thread t works on index 2*s*t (if it is < 256): the working threads are now
           the first 256/(2s) of the block, contiguous, so whole warps retire instead of diverging.
 Why:      removes step 1's divergence and its `%`: warps with no work skip the add entirely.
-          Prediction: ~2x faster in the reduction part, but the whole step is still dominated by
-          the one-element-per-thread load and the tree's 8 barriers per 256 elements.
 Still:    shared-memory bank conflicts: lanes t and t+16 hit index 2st and 2s(t+16), which for
           s >= 16 land in the same bank -- up to 16-way conflicts in the middle rounds.
 Limits:   none. Multi-pass as in step 1.

@@ -4,7 +4,7 @@ Changed:  a block of 256 threads now covers 512 elements: thread t loads in[i] a
           and stores their sum to shared memory; the tree is unchanged.
 Why:      step 3 left half its threads idle from the first round on. Here every thread adds at
           least once, there are half as many blocks (and partials), and each thread has two
-          loads in flight. Prediction: close to 2x over step 3.
+          loads in flight.
 Still:    the tree's last rounds run with fewer than 32 active threads, yet pay a full
           __syncthreads() and loop overhead each.
 Limits:   none. Multi-pass: ceil(n/512) partials per pass.

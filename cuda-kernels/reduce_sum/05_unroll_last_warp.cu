@@ -4,12 +4,7 @@ Changed:  the tree loop stops at 64 active values; the last six rounds run insid
           __syncwarp() instead of __syncthreads(): no block-wide barrier for rounds where only
           one warp works, and no loop overhead for them.
 Why:      in step 4, 6 of the 8 rounds have <= 32 active threads but each pays a full barrier
-          across 8 warps. Prediction: ~1.3x over step 4 in the reduction part; the load part is
-          unchanged, so the end-to-end gain shrinks as the kernel nears DRAM speed.
-          The classic version relied on "warp-synchronous" execution: a `volatile` shared array
-          and no barrier at all between rounds. Since Volta, threads of a warp are scheduled
-          independently, so a lane may read s[t + 16] before its neighbour wrote it: a race. Here
-          each round reads into a register, __syncwarp(), writes, __syncwarp().
+          across 8 warps.
 Still:    the tree's shape (256 threads, 8 rounds) is a run-time loop; the block size is known at
           compile time and the loop could vanish.
 Limits:   none. Multi-pass: ceil(n/512) partials per pass.

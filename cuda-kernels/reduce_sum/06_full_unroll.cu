@@ -3,8 +3,7 @@ Step 6 — completely unrolled, block size as a template parameter (Harris's ker
 Changed:  the kernel takes its block size as a template parameter, so every round of the tree is
           an `if constexpr` the compiler resolves: no loop, no loop counter, no dead rounds.
 Why:      with the size known at compile time, the 8 rounds become straight-line code: fewer
-          instructions per element and none spent on loop control. Prediction: a few percent;
-          at this point each block's time is dominated by waiting for its 512 loads.
+          instructions per element and none spent on loop control.
 Still:    each thread still loads only two elements, and there are n/512 blocks: block launch and
           the tree's barriers are paid for every 512 elements. The next step gives each thread
           many elements.

@@ -6,7 +6,7 @@ Changed:  the grid is at most 8 blocks per SM (2048 threads: a full SM); each th
           second pass is a single block.
 Why:      Brent's theorem: give each thread O(n/p) sequential adds and the tree's log-depth work
           (barriers, shared memory) is paid once per ~1,000 elements instead of once per 512.
-          Two passes total. Prediction: most of the remaining distance to the DRAM read speed.
+          Two passes total.
 Still:    each iteration issues two 4-byte (or 2-byte) loads: few bytes in flight per thread;
           the tree still goes through shared memory with 5 block-wide barriers.
 Limits:   none. Two passes: min(ceil(n/4096), 8 x SMs) partials, then one block.

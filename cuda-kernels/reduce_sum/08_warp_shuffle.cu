@@ -10,7 +10,6 @@ Why:      step 7 has two 4-byte loads in flight per thread; at ~700 ns DRAM late
           needs ~18 KB in flight to stream at 3.35 TB/s, i.e. >= 9 B per thread -- four 16-byte
           vectors (64 B) leave ample margin. The shuffle tree removes the shared-memory
           round trips and most barriers, which matter more once the loads stop dominating.
-          Prediction: at or slightly above torch.sum (whose kernel also vectorizes).
 Still:    two launches: the partials make a round trip through global memory and the second
           launch waits for the first to drain (a few microseconds of idle GPU per call).
 Limits:   none. Two passes: min(ceil(n/4096), 8 x SMs) partials, then one block.

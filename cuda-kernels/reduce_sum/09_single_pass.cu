@@ -8,7 +8,7 @@ Why:      step 8's second launch costs a kernel boundary: the first grid must dr
           before the second starts (a few us of idle SMs on a ~330 us run). Last-block-done keeps
           the reduction DETERMINISTIC: the partials are combined in a fixed order by a fixed
           tree, unlike atomicAdd of floats, whose order -- and so rounding -- changes from run
-          to run. Prediction: ~1-2% over step 8 at 2^28; more at small n where launches dominate.
+          to run.
 Still:    the memset is a second (tiny) operation on the stream; a kernel that resets its own
           counter could drop it, at the price of a counter shared by all callers.
 Limits:   none. Grid: min(ceil(n/4096), 8 x SMs) blocks; the workspace holds counter + partials.

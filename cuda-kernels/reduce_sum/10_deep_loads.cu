@@ -8,7 +8,7 @@ Why:      Triton's one-shot atomic step (64 fp32 per thread in one load) edges p
           (full occupancy) and interleaves each 16-byte load with the adds of the previous one,
           so only ~2-3 loads are in flight per thread. With a 4-blocks-per-SM bound it may use
           64 registers, and the SASS then issues all eight LDG.E.128 before the first FADD:
-          1024 threads x 128 B = 128 KB in flight per SM. Prediction: +1-2% over step 9.
+          1024 threads x 128 B = 128 KB in flight per SM.
 Still:    what is left is the DRAM read ceiling the survey measured, and the write-back of
           whatever dirty lines the previous kernel left in L2.
 Limits:   none. Grid: min(ceil(n/8192), 4 x SMs) blocks; the workspace holds counter + partials.

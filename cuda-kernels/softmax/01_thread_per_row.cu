@@ -12,8 +12,6 @@ Why:      it shows the two things every later step buys back. Parallelism: 4,096
           full DRAM latency with nothing else in flight on the SM. Traffic: 3 reads + 1 write
           (4n bytes, twice the minimal 2n), most of it from DRAM since 4,096 rows of 16 KB
           (64 MB) evict each other from the 50 MB L2 between passes.
-          Prediction: latency-bound, ~100-200 GB/s (a few % of the ~3,000 GB/s copy ceiling),
-          roughly the same for bf16 (half the bytes per element, same number of loads).
 Still:    one thread does a whole row's work serially. Step 2 gives each row a block of 256
           threads, whose neighbouring threads read neighbouring elements.
 Limits:   none (any row length; 64-bit offsets).

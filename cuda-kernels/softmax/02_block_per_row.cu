@@ -9,8 +9,7 @@ Why:      step 1 ran one thread per row (4,096 threads on 32 SMs) with every loa
           busy, every line fully used. Bytes in flight: 2,048 threads x 4 B = 8 KB per SM for
           fp32, 4 KB for 16-bit -- below the ~20 KB per SM that ~3 TB/s at ~700 ns latency
           asks for, so still latency-limited, more so for bf16. Traffic: 3 reads + 1 write
-          (4n bytes; the re-reads of a 16 KB row mostly hit L2). Prediction: ~1,200-1,600 GB/s
-          fp32 4096 x 4096 (counting the minimal 2n bytes), bf16 lower (~800-1,000).
+          (4n bytes; the re-reads of a 16 KB row mostly hit L2).
 Still:    one 2- or 4-byte load per thread per iteration is too few bytes in flight, and each
           reduction is 8 barriers. Step 3 loads 16 bytes per thread and reduces with shuffles.
 Limits:   none (any row length; 64-bit offsets).

@@ -10,9 +10,7 @@ Why:      step 2 kept 4-8 KB in flight per SM; 2,048 threads x 16 B = 32 KB now,
           quarter (fp32) or an eighth (16-bit) of the load instructions. Traffic is still
           3 reads + 1 write (4n): for rows short enough that a wave of rows (8 blocks x 132 SMs
           = 1,056 rows; 17 MB at 16 KB) stays in the 50 MB L2, reads 2 and 3 come from L2 and
-          DRAM sees ~2n, but L2 serves 4n. Prediction: fp32 4096 x 4096 ~1,900-2,300 GB/s, bf16
-          gains most over step 2; long rows (bf16 4096 x 131072: a wave is 270 MB) re-read DRAM:
-          <= 2n / 4n of the copy ceiling, ~1,400 GB/s.
+          DRAM sees ~2n, but L2 serves 4n.
 Still:    three reads where one is enough. Step 4 finds the max and the sum in one pass.
 Limits:   none (any row length; 64-bit offsets).
 Layout:   rows

@@ -18,9 +18,6 @@ Why:      2 reads + 1 write (3n) -> 1 read + 1 write (2n), the minimum: up to 3/
           held step 4 below the DRAM ceiling. Bytes in flight: fp32 4096 x 4096 runs 256-thread
           blocks with 16 values a thread (~40 registers: 6 blocks x 16 KB = 96 KB per SM, far
           past the ~20 KB needed); 4096 x 1024 fits the whole problem in one wave of warps.
-          Prediction: ~2,700-2,900 GB/s forward on fp32 4096 x 4096, bf16 4096 x 4096,
-          bf16 16384 x 8192 and 32768 x 4096 (torch.compile / Liger: 1,500-2,950); ~2,200-2,500 on
-          fp32 4096 x 1024 (32 MB, mostly launch and tail); backward ~2,700-2,900.
 Still:    rows longer than one SM's shared memory (bf16 4096 x 131072: 256 KB; fp32 4096 x
           262144: 1 MB) drop to the two-read online kernel, ~2,000 GB/s at best; and a
           226 KB row leaves one block per SM whose load and write phases do not overlap.

@@ -21,8 +21,6 @@ Why:      step 5 read rows past one SM's 227 KB twice (bf16 4096 x 131072 is 256
           8-16 us of DRAM time per 1 MB row per cluster. One-wave arithmetic: 4,096 rows, a
           cluster of 16 per row, 2 CTAs per SM: ~16 rows in flight, 256 rounds, so the tail
           is < 1%. Bytes in flight: 512 threads x 128 B = 64 KB per CTA.
-          Prediction: bf16 4096 x 131072 and fp32 4096 x 262144 ~2,800-2,950 GB/s forward and
-          backward (step 5: ~1,900-2,000); other shapes as step 5.
 Still:    each CTA's load, exchange and write are phases; two CTAs per SM hide the barrier
           latency only where the slice is <= 100 KB (the fp32 262,144 backward runs one CTA
           per SM). Rows past 16 x ~226 KB (fp32 > ~900K elements, backward ~450K) fall back

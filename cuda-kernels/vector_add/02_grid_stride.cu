@@ -4,8 +4,7 @@ Changed:  the grid is a fixed number of blocks per SM (enough to fill the SM's t
           each thread loops i += gridDim.x * blockDim.x until it passes n.
 Why:      step 1 launches ceil(n/256) blocks (2^20 of them at n = 2^28); each block is scheduled,
           runs one add per thread and retires. A resident grid pays that once and keeps each
-          thread's index math in registers. Prediction: a few percent at most -- the kernel was
-          already bandwidth-bound, and block scheduling is cheap on Hopper.
+          thread's index math in registers.
 Still:    still one 4-byte (or 2-byte) load per operand per iteration: the memory system wants
           wider requests and more bytes in flight per thread to reach peak bandwidth.
 Limits:   none.

@@ -6,8 +6,6 @@ Changed:  each thread moves 16 bytes per operand per access (4 fp32 or 8 fp16/bf
 Why:      a quarter (fp32) or an eighth (16-bit) of the load/store instructions of step 2 for the
           same bytes, so each warp keeps 4-8x more bytes in flight per instruction issued. Little's
           law at ~3 TB/s and ~600 ns latency wants ~2 MB in flight across the chip (~15 KB per SM);
-          Prediction: fp32 stays near step 2 (already close to the copy ceiling), while fp16/bf16,
-          whose 2-byte accesses are twice as many per byte, gain the most.
 Still:    the grid-stride loop keeps one 16-byte load per operand in flight per thread, and each
           iteration's loads queue behind the previous iteration's add and store: fewer bytes in
           flight than the DRAM system needs. Step 4 issues several vectors per thread at once.

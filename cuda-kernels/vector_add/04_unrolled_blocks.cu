@@ -8,8 +8,7 @@ Why:      step 3's grid-stride loop has one 16-byte load per operand in flight p
           each iteration's loads wait behind the previous iteration's use. Here 4 x 2 x 16 B =
           128 B per thread are in flight at once: ~128 KB per SM at 4 resident blocks, against
           the ~18 KB/SM that Little's law asks for at 3.35 TB/s x ~700 ns. This is the shape
-          torch's vectorized elementwise kernel and Triton's blocks take. Prediction: DRAM
-          throughput from ~86% to ~91% of peak, i.e. parity with torch.add.
+          torch's vectorized elementwise kernel and Triton's blocks take.
 Still:    the output still goes through L2 with the default policy; a streaming store
           (st.global.cs) could spare L2 the write allocation, but the DRAM bytes are already
           minimal, so little is left.

@@ -13,8 +13,7 @@ Why:      the lesson is what a tile buys. Per k, one program loads BLOCK_M + BLO
           4096/128 = 32 times (2 x 32 x 64 MB = 4.3 GB, most of it L1/L2 hits). The limit is
           the issue rate: each k also costs the loads, a broadcast of a_col and b_row to the threads that
           share them, and address arithmetic, next to 128 FFMA per thread, with no shared-memory
-          staging and no software pipeline. Prediction: 15-25 TFLOP/s fp32 at 4096^3 (CUDA
-          steps 04-05 reach 17-26), ~0.3-0.5x cuBLAS SGEMM.
+          staging and no software pipeline.
 Still:    k advances one element at a time, so every iteration pays full load latency, and the
           FMAs run on CUDA cores only: step 2 hands the tile to tl.dot, which stages K-blocks in
           shared memory, pipelines them and (for 16-bit inputs) uses the tensor cores.

@@ -14,10 +14,6 @@ Why:      tl.dot is where the compiler does what the CUDA ladder does by hand: i
           (128 + 128)·32 values = 64 FMA per value loaded into shared memory (step 1: 43, from
           L1/L2 with no reuse across k). At 4096^3 fp32, A and B are each re-read 32 times:
           2 x 32 x 64 MB = 4.3 GB through L2, ~0.3 GB of it from DRAM when tiles are L2 hits.
-          Prediction: fp32 ieee ~35-40 TFLOP/s (0.7x cuBLAS SGEMM; the FFMA pipe, not memory, is
-          the limit: 128 x 128 x 32 per slice is 2048 FFMA per thread against 16 shared loads);
-          bf16 ~450-550 TFLOP/s (0.6-0.7x cuBLAS): one tile shape and row-major program order
-          leave L2 reuse and the tail to chance.
 Still:    programs run in row-major order over the tile grid: at 4096^3 the 132 resident programs
           cover ~4 row blocks x 32 column blocks, so they share A rows but each needs a different
           B column block (the whole of B passes through L2 every ~wave). Step 3 groups programs.

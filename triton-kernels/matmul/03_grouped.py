@@ -10,9 +10,7 @@ Why:      at 4096^3 with 128 x 128 tiles the grid is 32 x 32 tiles and ~132 prog
           and come back from DRAM. Grouped: one wave covers 8 row blocks x ~16 column blocks:
           4 MB of A rows + 16 x 2 MB of B columns = 36 MB live, which L2 holds, and the next
           wave reuses the same 8 row blocks. DRAM traffic per wave drops from ~(8 + 64) MB to
-          ~(4 + 32) MB. Prediction: the fp32 FFMA kernel is compute-bound (intensity ~32 flops
-          per byte of L2 traffic) so +0-5%; bf16 at 8192^3, where a 128 x 128 tile does 16x less
-          work per byte and DRAM reuse matters, +5-15%. Small shapes (everything fits L2): no change.
+          ~(4 + 32) MB.
 Still:    one fixed tile shape and pipeline depth for every shape and dtype; the best choice
           differs between fp32 FFMA (register-bound) and 16-bit wgmma (bandwidth-bound): step 4
           autotunes them.

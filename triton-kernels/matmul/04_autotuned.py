@@ -9,8 +9,6 @@ Why:      the two paths want opposite things. fp32 ieee lowers tl.dot to FFMA fr
           8 warps, 3-4 stages. 16-bit wgmma does 16x the flops per cycle, so the limit moves to
           feeding it: wider tiles (128 x 256 x 64: 2·128·256·64 flops per 48 KB staged = 85 flops
           per byte of shared memory) and deeper pipelines (3-4 stages x 48 KB <= 227 KB).
-          Prediction: fp32 ~40-45 TFLOP/s at 4096^3 (0.75-0.85x cuBLAS SGEMM); bf16 ~550-650
-          TFLOP/s (0.75-0.85x cuBLAS); the gap on odd and small shapes closes most.
 Still:    every load goes through registers or cp.async issued by all warps, and each program
           pays its own prologue/epilogue; on Hopper the tensor cores wait on address arithmetic.
           Step 5 (16-bit) moves loads to TMA and makes the grid persistent.

@@ -15,8 +15,6 @@ Why:      a 128 x 256 x 64 K-step is 2·128·256·64 = 4.2 MFLOP: ~0.56 us of wg
           addresses and the edge fill in hardware. Persistence pays the pipeline fill once per
           SM instead of once per tile (at K = 1536 a tile is only 24 K-steps, of which ~3 are fill)
           and, flattened, overlaps a tile's epilogue with the next tile's first loads.
-          Prediction: +5-10% over step 4 on bf16 4096^3 and 8192^3 (0.95-1.05x cuBLAS), more on
-          5120 x 1536 x 3072 (short K).
 Still:    one instruction stream issues TMA, waits on barriers, runs wgmma and the epilogue: the
           epilogue of tile i (convert + store 64 KB) is not overlapped with the mainloop of tile
           i + 1. Step 6 gives the loads their own warps (warp specialization).

@@ -19,9 +19,6 @@ Why:      in step 5 the warps that run wgmma also issue every load and wait on i
           issued while the consumers multiply or store, and the consumers' loop is only
           wait / wgmma / release. Register reallocation lets two consumer warpgroups hold a
           128 x 256 fp32 accumulator (128 registers each per thread) without spilling.
-          Prediction: within +-5% of step 5 at 4096^3 and 8192^3 (both already near cuBLAS:
-          the flattened step-5 pipeline hides most of what specialization hides), ahead on
-          5120 x 1536 x 3072 where the epilogue is a larger share of each tile.
 Still:    both consumer warpgroups work on the same tile and reach the epilogue together, so the
           tensor cores idle during each store: cuBLAS and CUDA step 12 ping-pong two tiles
           between consumer groups, and CUDA step 13 shares loads across a cluster with TMA

@@ -4,8 +4,7 @@ Changed:  no partials array and no second kernel: each program adds its block's 
           into the output with one fp32 atomic (after a zero-fill of the output).
 Why:      removes step 1's serial finishing kernel and its kernel boundary. Blocks of 16384
           elements keep the atomics to n/16384 (16 Ki at 2^28): the L2 atomic unit absorbs that
-          many adds to one address without becoming the bottleneck. Prediction: a few percent
-          over step 1 at large n, more at small n.
+          many adds to one address without becoming the bottleneck.
 Still:    NON-DETERMINISTIC: programs finish in a different order every run, so the fp32 adds
           happen in a different order and round differently (the spread is measured by a GPU
           test and stays within 1e-5 * sum|x|). And one program per block: many short programs.

@@ -6,7 +6,6 @@ Changed:  the grid is 4 programs per SM; each walks the input in strides of grid
 Why:      Triton's version of CUDA step 7/8: O(n/p) sequential work per program, the reduction
           tree paid once per program instead of once per block, and ~500 atomics instead of 16 Ki.
           The vector accumulator keeps BLOCK independent fp32 chains, so accuracy improves too.
-          Prediction: at or above torch.sum.
 Still:    NON-DETERMINISTIC like step 2 (fewer atomics, so a smaller spread). The autotuner runs
           the kernel several times on the first call for each n (reset_to_zero keeps the output
           right). Step 4 trades the atomics for a tiny second pass to become deterministic.

@@ -7,8 +7,7 @@ Changed:  the starting point (the Triton tutorial's fused softmax): program r lo
 Why:      the row never leaves the chip, so the op moves its minimal bytes: 1 read + 1 write
           forward (2·n·bytes), 2 reads + 1 write backward (3·n·bytes). The max, the sum and the
           dot are tl.max/tl.sum: the in-register + shuffle + shared-memory trees that CUDA steps
-          2-3 write by hand. Prediction: ~2,600-2,900 GB/s on 4096 x 4096 fp32 (the tutorial's
-          2,661), less on short rows, where one program per 4 KB row is a small unit of work.
+          2-3 write by hand.
 Still:    one row per program: a 1,024-element fp32 row gives 4 warps 8 elements per thread,
           too little work per program to hide the launch and DRAM latency; and the tile is the
           whole row, so rows past 32,768 do not fit (step 2 loops over the row).

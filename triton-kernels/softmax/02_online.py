@@ -9,7 +9,6 @@ Why:      any row length now runs (step 1 stops at 32,768). The online recurrenc
           bytes instead of 2·n: at most 2/3 of the copy ceiling, ~2,000 GB/s, unless the second
           read hits L2) and 4 reads + 1 write backward (5/3 the minimal 3·n). Per-lane (m, d)
           keeps the loop free of block-wide reductions and barriers.
-          Prediction: ~2/3 of step 1 where step 1 runs, ~2,000 GB/s on long rows.
 Still:    every row is read twice (the data went through the SM and was dropped), and one
           program per row with a fixed BLOCK under-fills the machine on short rows. Step 3 keeps
           the row in registers when it fits and tunes the tile per row length.

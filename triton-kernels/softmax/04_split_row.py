@@ -10,18 +10,7 @@ Why:      4,096 rows of 262,144 fp32 are 1 MB each: too big for one SM's registe
           2-3 read every row twice (8 GB of traffic for 4 GB out, <= 2,000 GB/s). Chunks of
           16 KB fit, and the whole machine works on a few rows at a time: 1 read +
           1 write forward (2·n bytes), 2 + 1 backward (3·n), plus 8 bytes per chunk of
-          partials. Prediction: ~2,700-2,900 GB/s on bf16 4096 x 131072 and fp32 4096 x 262144,
-          like the short rows that fit. (H100, CUDA graphs, no L2 flush: fp32 262,144 measured
-          2,690 fwd / 3,004 bwd; bf16 131,072 2,524 / 2,780.)
-          What Triton's model makes hard: programs are independent — no thread-block clusters,
-          no distributed shared memory (CUDA step 6 exchanges the partials through DSMEM inside
-          one cluster with a hardware barrier), and no grid-wide barrier. The exchange here goes
-          through global memory (L2) and a spin-wait Triton does not sanction: it is safe only
-          because (a) chunks take their work from an atomic ticket, so the chunks claimed are
-          always a prefix of the work and every claimed chunk publishes before it waits, and
-          (b) a row has at most as many chunks as the GPU has SMs, so a row's chunks can always
-          be resident together. The cost: a ticket, a counter bump and a few polls per
-          chunk (L2 atomics), and an all-zero counter array (a memset) per launch.
+          partials.
 Still:    the chunks of a row wait for each other; a row longer than SMs x the chunk tile
           (540 K elements: fp32 forward and every backward; 1.08 M bf16 forward, on 132 SMs) takes each chunk in several tiles and reads it
           twice (the second read right after the first, usually from L2). Under

@@ -4,8 +4,7 @@ Changed:  @triton.autotune picks BLOCK in {1024 .. 16384} x num_warps in {4, 8, 
           so each size gets the split that keeps the most bytes in flight per SM.
 Why:      at 2^28 elements step 1 launches 2^18 programs of 1024 elements; bigger blocks mean
           fewer, longer programs with more independent loads per thread (16 fp32 per operand at
-          BLOCK=4096, 4 warps). Prediction: a few percent at large n, where step 1 is already
-          near the copy ceiling; more at mid sizes, where the tail of the grid matters.
+          BLOCK=4096, 4 warps).
 Still:    the first call for each new n pays the tuning runs (tens of milliseconds), and the
           choice is re-made for every distinct size; a real library buckets the key.
 Limits:   none.
