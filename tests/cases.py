@@ -1,6 +1,5 @@
 """Test inputs for every op, from its spec (the shapes, each with its reason, live in
 bindings/ops/<op>.py): fresh random data per call, never zeros."""
-import torch
 
 from rosetta.ops import SPECS
 

@@ -96,7 +96,7 @@ def test_wrong_step_is_reported_not_timed(rows):
     for r in broken:
         if r["label"] == "vector_add/cuda/02_grid_stride":
             r.update(status="wrong", p50_ms=None, throughput=None)
-    line = next(l for l in tables.ladder_table(broken, "vector_add", "forward", "268435456", "float32").splitlines() if "02_grid" in l)
+    line = next(row for row in tables.ladder_table(broken, "vector_add", "forward", "268435456", "float32").splitlines() if "02_grid" in row)
     assert "| wrong |" in line
 
 
@@ -199,3 +199,18 @@ def test_line_count_triton_known_file(tmp_path):
         "def launch(x):\n    kernel[(1,)](x, 1)\n")
     c = lines.count(src)
     assert (c.device_nloc, c.host_nloc) == (4, 3)  # decorator + def + 2 statements; import + launch
+
+
+def test_nsight_splits_one_process_kernels_by_marker():
+    """One ncu process per op: the marker kernel before each case splits the kernel list, so a
+    case that launches several kernels (a two-pass reduction) keeps all of them."""
+    from rosetta.bench import nsight
+
+    k = lambda name: {"Kernel Name": name}  # noqa: E731
+    kernels = [k("rosetta_profile_marker"), k("pass1"), k("pass2"),
+               k("rosetta_profile_marker"), k("softmax_kernel"),
+               k("rosetta_profile_marker")]  # a case whose launch was not profiled: dropped
+    cases = [{"label": "a"}, {"label": "b"}, {"label": "c"}]
+    groups = nsight.split_by_marker(kernels, cases)
+    assert [(c["label"], [x["Kernel Name"] for x in g]) for c, g in groups] == \
+        [("a", ["pass1", "pass2"]), ("b", ["softmax_kernel"])]

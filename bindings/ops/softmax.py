@@ -2,7 +2,7 @@
 the backward is dx = y * (dy - sum(y * dy)) per row, run by the same step's backward kernel."""
 import torch
 
-from .spec import ALL_FLOAT, Direction, Headline, OpSpec
+from .spec import Direction, Headline, OpSpec
 
 
 def check_shapes(label, *tensors):

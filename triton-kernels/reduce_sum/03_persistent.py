@@ -11,7 +11,6 @@ Still:    NON-DETERMINISTIC like step 2 (fewer atomics, so a smaller spread). Th
           right). Step 4 trades the atomics for a tiny second pass to become deterministic.
 Limits:   none.
 """
-import torch
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
