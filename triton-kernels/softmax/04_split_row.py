@@ -212,7 +212,9 @@ def launch(x, out):
     if rows == 0 or cols == 0:
         return
     grid, chunks, chunk_len, meta = plan(rows, cols, 1, x)
-    part = sync = out  # unread placeholders for short rows: no allocation, no memset launch
+    # unread one-element placeholders for short rows (distinct tensors: torch.compile's analysis
+    # of a user kernel's mutations does not take one tensor passed as several arguments)
+    part, sync = torch.empty(1, dtype=torch.float32, device=x.device), torch.empty(1, dtype=torch.int32, device=x.device)
     if meta["SPLIT"]:
         part = torch.empty(2 * rows * chunks, dtype=torch.float32, device=x.device)
         sync = torch.zeros(rows + 1, dtype=torch.int32, device=x.device)
@@ -224,7 +226,7 @@ def launch_backward(y, dy, dx):
     if rows == 0 or cols == 0:
         return
     grid, chunks, chunk_len, meta = plan(rows, cols, 2, y)
-    part = sync = dx  # unread placeholders for short rows
+    part, sync = torch.empty(1, dtype=torch.float32, device=y.device), torch.empty(1, dtype=torch.int32, device=y.device)
     if meta["SPLIT"]:
         part = torch.empty(rows * chunks, dtype=torch.float32, device=y.device)
         sync = torch.zeros(rows + 1, dtype=torch.int32, device=y.device)
