@@ -27,12 +27,11 @@ Layout:   rows
 Max:      tma_unaligned <= 0
 Mirrors:  CUDA steps 11 (wgmma + TMA) and 13 (persistent tile scheduler), without clusters
 """
-import torch
 import triton
 import triton.language as tl
-from torch.library import wrap_triton
-
 from rosetta.triton_kernels.common import sm_count, tuned
+from rosetta.triton_kernels.tma import check_tma, set_descriptor_allocator
+from torch.library import wrap_triton
 
 
 def config(bm, bn, bk, warps, stages, subtile):
@@ -109,24 +108,6 @@ def matmul_persistent_tma_kernel(
             c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(dtype))
         else:
             c_desc.store([off_m, off_n], acc.to(dtype))
-
-
-def check_tma(step, a, b, out):
-    """TMA's rules for a global tensor: 16-byte aligned base, unit last stride, row stride a
-    multiple of 16 bytes. Raised before any launch; step 4 takes any strides."""
-    for name, t in (("a", a), ("b", b), ("out", out)):
-        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
-            raise ValueError(
-                f"matmul step {step} loads through TMA and needs {name} with a 16-byte aligned base, "
-                f"unit column stride and a row stride that is a multiple of 16 bytes (for 16-bit "
-                f"types: K and N multiples of 8); got {name} of shape {tuple(t.shape)}, strides "
-                f"{t.stride()}, address % 16 = {t.data_ptr() % 16}. Step 4 takes any strides.")
-
-
-def set_descriptor_allocator(device):
-    """Device-side descriptors need 128 bytes of global scratch per program, allocated by Triton
-    at launch through this hook; torch's caching allocator makes it stream-ordered and cheap."""
-    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device=device, dtype=torch.int8))
 
 
 def launch(a, b, out):
