@@ -5,7 +5,7 @@ PY ?= $(VENV)/bin/python
 PYTEST = $(PY) -m pytest
 BENCH = PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench
 
-.PHONY: setup test test-gpu bench bench-quick flush-check profile sanitize survey log clean
+.PHONY: setup test test-gpu bench bench-quick flush-check profile sanitize survey log report clean
 
 # torch==2.13.0 is the CPU build on machines without a GPU (a plain `torch` would pull a multi-GB
 # CUDA build); triton 3.6.0 is the reference GPU's, so the interpreter runs the same Triton there;
@@ -52,5 +52,10 @@ survey:
 log:
 	$(PY) -m rosetta.bench.report
 
+# A static site (site/index.html, one page per op) from the registry, the step files and the
+# committed results (no GPU needed).
+report:
+	$(PY) -m rosetta.bench.site
+
 clean:
-	rm -rf .build .pytest_cache build dist
+	rm -rf .build .pytest_cache build dist site

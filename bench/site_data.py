@@ -3,6 +3,7 @@ two ladders of an op aligned row by row, the translation table, and the measured
 Everything comes from the registry, the step files and the committed results (no GPU)."""
 from __future__ import annotations
 
+import itertools
 import re
 
 import rosetta
@@ -39,11 +40,14 @@ def align(op: str) -> list[tuple]:
 
     A Triton step sits beside the last CUDA step of the first range it mirrors (the point of the CUDA
     ladder it reaches), or of a later range when that one is already passed; a step that mirrors
-    nothing ahead of its predecessor's row gets a row of its own after it."""
-    cuda = rosetta.variants(op, "cuda")
+    nothing ahead of its predecessor's row gets a row of its own after it. An op whose Triton steps
+    declare no Mirrors at all is shown side by side by position (the page says so)."""
+    cuda, triton = rosetta.variants(op, "cuda"), rosetta.variants(op, "triton")
+    if not any(t.header.mirrors for t in triton):  # nothing declared: side by side by position
+        return list(itertools.zip_longest(cuda, triton))
     anchors, last = {}, 0
     by_number = {v.step: v for v in cuda}
-    for t in rosetta.variants(op, "triton"):
+    for t in triton:
         target = next((r[-1] for r in mirror_ranges(t.header.mirrors)
                        if r[-1] > last and r[-1] in by_number), None)
         if target is None:
