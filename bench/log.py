@@ -62,10 +62,8 @@ def _previous(v, rows, row):
 
 
 def op_block(op, rows, ncu_rows, folder) -> str:
-    from .report import op_tables
-
     rel = Path(os.path.relpath(folder, REPO))
-    parts = [op_tables(rows, op, folder, level="####"), "", "Lines of code (lizard NLOC):", "",
+    parts = [tables.op_tables(rows, op, folder, level="####"), "", "Lines of code (lizard NLOC):", "",
              tables.lines_table(op)]
     if ncu_rows and (folder / "plots" / f"{op}_ncu.png").exists():
         parts.append(f"![{op} ncu]({rel}/plots/{op}_ncu.png)")

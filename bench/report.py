@@ -17,11 +17,6 @@ from . import ceilings, environment, markers, results, tables
 README = REPO / "README.md"
 
 
-def plot_name(op: str, direction: str, shape: str = "", dtype: str = "", kind: str = "ladder") -> str:
-    parts = [op] + ([direction] if len(SPECS[op].directions()) > 1 else []) + [p for p in (dtype, shape) if p]
-    return "_".join(parts + [kind]) + ".png"
-
-
 def plots(out_dir, rows, limits) -> list:
     from . import plots as p
 
@@ -32,11 +27,11 @@ def plots(out_dir, rows, limits) -> list:
         for direction in spec.directions():
             ceiling = ceilings.ceiling_for(limits, spec.ceiling, sweep_dtype)[0] if limits else None
             made.append(p.sweep_plot(rows, op, direction, sweep_dtype,
-                                     out_dir / "plots" / plot_name(op, direction, kind="sweep"), ceiling))
+                                     out_dir / "plots" / tables.plot_name(op, direction, kind="sweep"), ceiling))
         for direction, shape, dtype, _ in tables.headlines(op):
             ceiling = ceilings.ceiling_for(limits, spec.ceiling, dtype)[0] if limits else None
             made.append(p.ladder_plot(rows, op, direction, shape, dtype,
-                                      out_dir / "plots" / plot_name(op, direction, shape, dtype), ceiling))
+                                      out_dir / "plots" / tables.plot_name(op, direction, shape, dtype), ceiling))
     return [m for m in made if m]
 
 
@@ -60,22 +55,6 @@ def reference_results():
     return folders[0] if folders else None
 
 
-def op_tables(rows, op, folder, level="####") -> str:
-    """Every ladder table of an op, each followed by its plot, then the sweep plots."""
-    rel = Path(os.path.relpath(folder, REPO))
-    parts = []
-    for direction, shape, dtype, note in tables.headlines(op):
-        if tables.headline_rows(rows, op, direction, shape, dtype):
-            parts += [f"{level} {tables.title(op, direction, shape, dtype, note)}", "",
-                      tables.ladder_table(rows, op, direction, shape, dtype),
-                      f"![{op} {direction} {dtype} {shape}]({rel}/plots/{plot_name(op, direction, shape, dtype)})", ""]
-    for direction in SPECS[op].directions():
-        sweep = folder / "plots" / plot_name(op, direction, kind="sweep")
-        if sweep.exists():
-            parts.append(f"![{op} {direction} sweep]({rel}/plots/{sweep.name})")
-    return "\n".join(parts)
-
-
 def readme_blocks(folder) -> dict:
     rows = results.read_rows(folder / "bench.csv")
     env = results.read_environment(folder / "environment.json")
@@ -89,7 +68,7 @@ def readme_blocks(folder) -> dict:
             f"{env.get('date_utc')} UTC. \"% of measured ceiling\" divides by the best probe `make survey` "
             f"measured; \"% of theoretical peak\" by the datasheet arithmetic; \"error / tol.\" is the "
             f"worst elementwise error over the step's tolerance (1.00 = at the limit).\n\n"
-            + op_tables(rows, op, folder))
+            + tables.op_tables(rows, op, folder))
     rel = Path(os.path.relpath(folder, REPO))
     if (folder / "hardware.md").exists():
         limits = ceilings.load(folder)

@@ -1,6 +1,9 @@
 """Markdown tables from results rows, in teaching order (never sorted by speed)."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from rosetta.ops import SPECS
 
 from .results import order_key
@@ -90,3 +93,26 @@ def lines_table(op: str) -> str:
         ratio = totals["triton"][1] / totals["triton"][0] / (totals["cuda"][1] / totals["cuda"][0])
         out.append(f"\nTriton vs CUDA: {ratio:.2f}x the device lines per step.")
     return "\n".join(out) + "\n"
+
+
+def plot_name(op: str, direction: str, shape: str = "", dtype: str = "", kind: str = "ladder") -> str:
+    parts = [op] + ([direction] if len(SPECS[op].directions()) > 1 else []) + [p for p in (dtype, shape) if p]
+    return "_".join(parts + [kind]) + ".png"
+
+
+def op_tables(rows, op, folder, level="####") -> str:
+    """Every ladder table of an op, each followed by its plot, then the sweep plots."""
+    from rosetta.registry import REPO
+
+    rel = Path(os.path.relpath(folder, REPO))
+    parts = []
+    for direction, shape, dtype, note in headlines(op):
+        if headline_rows(rows, op, direction, shape, dtype):
+            parts += [f"{level} {title(op, direction, shape, dtype, note)}", "",
+                      ladder_table(rows, op, direction, shape, dtype),
+                      f"![{op} {direction} {dtype} {shape}]({rel}/plots/{plot_name(op, direction, shape, dtype)})", ""]
+    for direction in SPECS[op].directions():
+        sweep = folder / "plots" / plot_name(op, direction, kind="sweep")
+        if sweep.exists():
+            parts.append(f"![{op} {direction} sweep]({rel}/plots/{sweep.name})")
+    return "\n".join(parts)

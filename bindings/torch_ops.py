@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import torch
 
+from . import cuda_build
 from .ops import SPECS
 from .steps import REPO, Step, all_steps
 
@@ -77,8 +78,6 @@ def kernel(v: Step, direction: str):
         if fn is None:
             raise NotImplementedError(f"{v.source} has no launch_{direction}()")
         return fn
-    from . import cuda_build
-
     cuda_build.load()
     return getattr(torch.ops.rosetta, _op_name(v, direction) + "_out")
 
