@@ -87,21 +87,20 @@ def summary(limits: dict) -> str:
     return "; ".join(parts)
 
 
-REFERENCE_TIER_BACKENDS = ("torch", "cub", "liger")  # library kernels: probes of the same traffic
-
-
 def apply_to_rows(rows: list[dict], limits: dict, specs: dict) -> None:
     """Set each row's "% of measured ceiling" and "% of theoretical peak". The measured ceiling of a
     group (op, direction, dtype, shape) is the best of the survey's probes and of the library
     kernels measured on the same inputs in the same run (torch, CUB, Liger): a vendor kernel is a
     probe of that exact traffic, including what part of a small output stays dirty in L2 when the
     kernel ends, which the survey's 1 GB probes cannot see."""
+    from .tiers import REFERENCE_BACKENDS
+
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["op"], r.get("direction"), r["dtype"], r["shape"]), []).append(r)
     for (op, _, dtype, _), members in groups.items():
         measured, theoretical = ceiling_for(limits, specs[op].ceiling, dtype)
-        library = [r["throughput"] for r in members if r["backend"] in REFERENCE_TIER_BACKENDS
+        library = [r["throughput"] for r in members if r["backend"] in REFERENCE_BACKENDS
                    and r.get("throughput")]
         ceiling = max([c for c in (measured, *library) if c] or [None]) if measured or library else None
         for r in members:

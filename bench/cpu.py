@@ -10,8 +10,6 @@ from . import environment, lines, results, tables
 
 
 def main(args) -> int:
-    from rosetta.torch_ops import triton_module
-
     ops = args.op or rosetta.ops_with_steps()
     failures = 0
     print("\nTriton steps under the interpreter (fp32, fp16; the spec's small CPU shapes):")
@@ -19,9 +17,6 @@ def main(args) -> int:
     for op in ops:
         spec = SPECS[op]
         for v in rosetta.variants(op, "triton"):
-            if not getattr(triton_module(v), "INTERPRETABLE", True):
-                print(f"  {v.label:40s} uses Hopper TMA descriptors: GPU only")
-                continue
             for direction, d in spec.directions().items():
                 for dtype in (t for t in (torch.float32, torch.float16) if t in v.dtypes):
                     worst = 0.0

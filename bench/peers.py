@@ -32,6 +32,8 @@ def runner(peer: str, op: str, direction: str, inputs: tuple):
         raise ValueError(f"Liger refuses rows longer than {LIGER_MAX_COLS:,} (got {x.shape[-1]:,})")
     if direction == "forward":
         return lambda: liger._softmax_forward(x)[0]
+    from liger_kernel.ops.utils import calculate_settings
+
     y, dy = inputs
-    _, block, warps, multi_block = liger._softmax_forward(y)  # only its launch settings are needed
-    return lambda: liger._softmax_backward(dy, y, block, warps, multi_block)
+    block, warps = calculate_settings(y.shape[-1])  # what its forward would have chosen
+    return lambda: liger._softmax_backward(dy, y, block, warps, False)

@@ -96,7 +96,7 @@ def call_ms(fn) -> float:
 
 
 def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress: Progress, sha: str) -> list[dict]:
-    from .ceilings import apply_to_rows, ceiling_for
+    from .ceilings import apply_to_rows
 
     spec = SPECS[group.op]
     d = spec.directions()[group.direction]
@@ -108,7 +108,6 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
         gate = (gate_inputs, d.reference(*gate_inputs))
     tolerance = d.tolerance[group.dtype]
     dtype_name = str(group.dtype).removeprefix("torch.")
-    ceiling, theoretical = ceiling_for(limits, spec.ceiling, dtype_name)
     work = d.minimal_bytes(group.shape, group.dtype) if spec.metric == "GB/s" else d.flops(group.shape)
     scale = 1e9 if spec.metric == "GB/s" else 1e12
     rows = []
@@ -153,10 +152,6 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
             t = timing.measure(launch, flush)
             row.update(status="ok", p50_ms=t["p50_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
                        timing=t["timing"], throughput=work / (t["p50_ms"] * 1e-3) / scale)
-            if ceiling:
-                row["pct_of_ceiling"] = 100 * row["throughput"] / ceiling
-            if theoretical:
-                row["pct_of_theoretical"] = 100 * row["throughput"] / theoretical
             progress.report(subject.label, group, f"{t['p50_ms'] * 1e3:10.1f} us {row['throughput']:8.1f} "
                                                   f"{spec.metric} ({t['timing']})")
         rows.append(row)

@@ -9,14 +9,13 @@ import os
 from pathlib import Path
 
 from . import cuda_codegen
-from .steps import KERNEL_DIRS, REPO, all_steps
+from .steps import CHECKOUT, KERNEL_DIRS, REPO, all_steps
 
 CUDA_DIR = KERNEL_DIRS["cuda"]
 COMMON_DIR = CUDA_DIR / "common"
 BINDING = Path(__file__).with_name("binding.cpp")
 # In a checkout beside the sources; from an installed wheel in the user's cache.
-BUILD_ROOT = REPO / ".build" if (REPO / ".git").exists() or (REPO / "pyproject.toml").exists() \
-    else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernel-rosetta"
+BUILD_ROOT = REPO / ".build" if CHECKOUT else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernel-rosetta"
 _loaded = False
 HOPPER_GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
 # What torch's cpp_extension adds to every nvcc call; CI's plain-nvcc compile check uses the same.

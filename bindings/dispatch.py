@@ -24,6 +24,12 @@ def steps_taking(step: Step, dtype) -> str:
     return f"{step.op}/{step.backend} steps {', '.join(map(str, numbers))} do"
 
 
+def exceeded(v: Step, inputs: tuple) -> list[tuple[str, int, int]]:
+    """(quantity, limit, value) of every bound in the step's `Max:` line that the inputs pass."""
+    bounds = SPECS[v.op].bounds
+    return [(q, limit, value) for q, limit in v.bounds if (value := bounds[q](*inputs)) > limit]
+
+
 def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
     """Every bad input is refused here, before any launch, with what was expected.
     Order: argument types, dtypes, shapes, devices, the step's declared bounds."""
@@ -49,15 +55,15 @@ def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
     if device.type != "cuda" and not (v.backend == "triton" and interpreting()):
         hint = " (or set TRITON_INTERPRET=1 to run Triton steps on the CPU)" if v.backend == "triton" else ""
         raise ValueError(f"{v.label} needs CUDA tensors, got a tensor on {device}{hint}")
-    for quantity, limit in v.bounds:
-        value = spec.bounds[quantity](*inputs)
-        if value > limit:
-            others = [s.step for s in all_steps() if s.op == v.op and s.backend == v.backend
-                      and not any(q == quantity and value > m for q, m in s.bounds)]
-            what = (spec.bounds[quantity].__doc__ or "").strip().split(".")[0]
-            raise ValueError(f"{v.label} takes {quantity} <= {limit}, got {quantity} = {value}"
-                             + (f" ({what})" if what else "")
-                             + f"; {v.op}/{v.backend} steps {', '.join(map(str, others))} take it")
+    over = exceeded(v, inputs)
+    if over:
+        quantity, limit, value = over[0]
+        others = [s.step for s in all_steps() if s.op == v.op and s.backend == v.backend
+                  and not any(q == quantity and value > m for q, m in s.bounds)]
+        what = (spec.bounds[quantity].__doc__ or "").strip().split(".")[0]
+        raise ValueError(f"{v.label} takes {quantity} <= {limit}, got {quantity} = {value}"
+                         + (f" ({what})" if what else "")
+                         + f"; {v.op}/{v.backend} steps {', '.join(map(str, others))} take it")
 
 
 def run(v: Step, direction: str, inputs: tuple):

@@ -17,7 +17,8 @@ from .ops import OPS, SPECS
 from .ops.spec import LAYOUTS
 
 _CHECKOUT = Path(__file__).resolve().parent.parent
-if (_CHECKOUT / "cuda-kernels").is_dir():  # a source checkout (or an editable install of one)
+CHECKOUT = (_CHECKOUT / "cuda-kernels").is_dir()  # a source checkout (or an editable install of one)
+if CHECKOUT:
     REPO = _CHECKOUT
     KERNEL_DIRS = {"cuda": REPO / "cuda-kernels", "triton": REPO / "triton-kernels"}
 else:  # an installed wheel: the kernel folders are subpackages of rosetta

@@ -2,7 +2,13 @@
 message that names the step, the shape, the strides and the first element that is wrong."""
 import torch
 
+from rosetta.dispatch import exceeded
 from rosetta.ops import SPECS
+
+
+def fits(variant, inputs) -> bool:
+    """True unless the inputs pass a bound the step declares (its refusal is tested apart)."""
+    return not exceeded(variant, inputs)
 
 
 def assert_matches_reference(variant, inputs, out, direction="forward"):

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rosetta
-from helpers import assert_matches_reference
+from helpers import assert_matches_reference, fits
 from rosetta.ops import SPECS
 
 ON_CPU = os.environ.get("TRITON_INTERPRET") == "1"
@@ -80,7 +80,7 @@ def fuzz(v, big: bool, examples: int, device: str):
     def check(case, seed):
         shape, dtype, layout, special = case
         inputs = make(v.op, shape, dtype, device, layout, special, seed)
-        if any(SPECS[v.op].bounds[q](*inputs) > m for q, m in v.bounds):
+        if not fits(v, inputs):
             with pytest.raises(ValueError, match="steps"):
                 v(*inputs)
             return
@@ -89,16 +89,8 @@ def fuzz(v, big: bool, examples: int, device: str):
     check()
 
 
-def interpretable(v) -> bool:
-    from rosetta.torch_ops import triton_module
-
-    return getattr(triton_module(v), "INTERPRETABLE", True)
-
-
 @pytest.mark.parametrize("v", rosetta.variants(backend="triton"), ids=lambda v: v.label)
 def test_fuzz_triton_steps_on_cpu(interpreter, v):
-    if not interpretable(v):
-        pytest.skip(f"{v.label} uses TMA descriptors, which the interpreter does not run")
     fuzz(v, big=False, examples=6, device="cpu")
 
 

@@ -6,7 +6,7 @@ import torch
 
 import rosetta
 from cases import HUGE_NUMEL, make_inputs, poisoned_output, strided_cases
-from helpers import assert_matches_reference, gpu_memory_allows
+from helpers import assert_matches_reference, fits, gpu_memory_allows
 from rosetta.ops import SPECS
 
 pytestmark = pytest.mark.gpu
@@ -17,11 +17,6 @@ DIRECTED = [(v, d, direction) for v, d in STEP_DTYPES for direction in SPECS[v.o
 
 def run(v, inputs, direction):
     return v(*inputs) if direction == "forward" else v.backward(*inputs)
-
-
-def fits(v, inputs) -> bool:
-    """False where the step declares a bound the input passes (its refusal is tested apart)."""
-    return all(SPECS[v.op].bounds[q](*inputs) <= m for q, m in v.bounds)
 
 
 @pytest.mark.parametrize("v,dtype,direction", DIRECTED, ids=lambda p: getattr(p, "label", str(p)))

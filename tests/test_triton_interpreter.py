@@ -5,7 +5,7 @@ import torch
 
 import rosetta
 from cases import make_inputs, poisoned_output, strided_cases
-from helpers import assert_matches_reference
+from helpers import assert_matches_reference, fits
 from rosetta.ops import SPECS
 
 TRITON = rosetta.variants(backend="triton")
@@ -14,21 +14,9 @@ CASES = [(v, d, direction) for v in TRITON for d in CPU_DTYPES if d in v.dtypes
          for direction in SPECS[v.op].directions()]
 
 
-def fits(v, inputs) -> bool:
-    return all(SPECS[v.op].bounds[q](*inputs) <= m for q, m in v.bounds)
-
-
-def interpretable(v) -> bool:
-    """Steps built on Hopper-only features (TMA descriptors) say so in their module."""
-    from rosetta.torch_ops import triton_module
-
-    return getattr(triton_module(v), "INTERPRETABLE", True)
-
 
 @pytest.mark.parametrize("v,dtype,direction", CASES, ids=lambda p: getattr(p, "label", str(p)))
 def test_triton_step_on_cpu(interpreter, cpu_gen, v, dtype, direction):
-    if not interpretable(v):
-        pytest.skip(f"{v.label} uses TMA descriptors, which the interpreter does not run")
     for shape in SPECS[v.op].cpu_shapes:
         inputs = make_inputs(v.op, shape, dtype, "cpu", cpu_gen, direction)
         if not fits(v, inputs):  # a declared limit: refused before launch, naming the steps that take it
@@ -41,8 +29,6 @@ def test_triton_step_on_cpu(interpreter, cpu_gen, v, dtype, direction):
 
 @pytest.mark.parametrize("v", TRITON, ids=lambda v: v.label)
 def test_triton_step_strided(interpreter, cpu_gen, v):
-    if not interpretable(v):
-        pytest.skip(f"{v.label} uses TMA descriptors, which the interpreter does not run")
     dtype = torch.float32 if torch.float32 in v.dtypes else torch.float16
     for name, inputs in strided_cases(v.op, dtype, "cpu", cpu_gen):
         if not fits(v, inputs):
@@ -55,8 +41,6 @@ def test_triton_step_strided(interpreter, cpu_gen, v):
 @pytest.mark.parametrize("v", TRITON, ids=lambda v: v.label)
 def test_triton_launch_into_poisoned_output(interpreter, cpu_gen, v):
     """The bench's path: a preallocated output poisoned with NaN must be fully overwritten."""
-    if not interpretable(v):
-        pytest.skip(f"{v.label} uses TMA descriptors, which the interpreter does not run")
     dtype = torch.float32 if torch.float32 in v.dtypes else torch.float16
     shape = {"matmul": (24, 16, 8)}.get(v.op, SPECS[v.op].cpu_shapes[-2])  # matmul: rows TMA can read
     inputs = make_inputs(v.op, shape, dtype, "cpu", cpu_gen)
