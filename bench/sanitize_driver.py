@@ -10,8 +10,8 @@ prints `ROSETTA-SKIP`, a Python exception `ROSETTA-EXCEPTION`, and a clean end `
 
     python -m rosetta.bench.sanitize_driver --selfcheck
 
-runs a planted fault instead: a Triton load with its mask left off (reads past a 1-element
-tensor), then the same kernel masked. Under memcheck the first must have errors and the second
+runs a planted fault instead: a Triton load with its mask left off (reads 16 elements past a
+512-byte tensor), then the same kernel masked. Under memcheck the first must have errors and the second
 none: that shows both that the tool sees faults here and that the markers attribute them.
 """
 from __future__ import annotations
@@ -80,18 +80,22 @@ def selfcheck() -> int:
     import triton.language as tl
 
     @triton.jit
-    def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, MASKED: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
+    def copy_kernel(x_ptr, out_ptr, n, START: tl.constexpr, BLOCK: tl.constexpr, MASKED: tl.constexpr):
+        offs = START + tl.arange(0, BLOCK)
         mask = offs < n
-        x = tl.load(x_ptr + offs, mask=mask) if MASKED else tl.load(x_ptr + offs)  # planted: no mask
-        tl.store(out_ptr + offs, x, mask=mask)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0) if MASKED else tl.load(x_ptr + offs)  # planted: no mask
+        tl.store(out_ptr + tl.arange(0, BLOCK), x)
 
-    x = torch.ones(1, device="cuda")
+    # 512 bytes: the allocator's rounding unit, so the allocation ends exactly where x does and the
+    # 16 unmasked reads past it land in memcheck's padding (a 1-element x would be rounded up to a
+    # 512-byte block, and reads just past the element would be invisible to memcheck).
+    n = 128
+    x = torch.ones(n, device="cuda")
     out = torch.zeros(32, device="cuda")
     for name, masked in (("selfcheck/triton/01_planted_oob", False), ("selfcheck/triton/02_masked", True)):
-        say(f"ROSETTA-STEP {name} forward float32 1")
-        # one warp, 31 bad reads at most: fewer than --print-limit, so the masked run stays visible
-        copy_kernel[(1,)](x, out, 1, BLOCK=32, MASKED=masked, num_warps=1)
+        say(f"ROSETTA-STEP {name} forward float32 {n}")
+        # reads x[112:144]: 16 of them out of bounds, fewer than --print-limit, so the masked run stays visible
+        copy_kernel[(1,)](x, out, n, START=n - 16, BLOCK=32, MASKED=masked, num_warps=1)
         torch.cuda.synchronize()
     say("ROSETTA-DONE")
     return 0

@@ -60,7 +60,7 @@ def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
         quantity, limit, value = over[0]
         others = [s.step for s in all_steps() if s.op == v.op and s.backend == v.backend
                   and not any(q == quantity and value > m for q, m in s.bounds)]
-        what = (spec.bounds[quantity].__doc__ or "").strip().split(".")[0]
+        what = " ".join((spec.bounds[quantity].__doc__ or "").split()).split(".")[0]
         raise ValueError(f"{v.label} takes {quantity} <= {limit}, got {quantity} = {value}"
                          + (f" ({what})" if what else "")
                          + f"; {v.op}/{v.backend} steps {', '.join(map(str, others))} take it")

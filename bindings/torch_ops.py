@@ -77,9 +77,21 @@ def kernel(v: Step, direction: str):
         fn = getattr(module, "launch" if direction == "forward" else f"launch_{direction}", None)
         if fn is None:
             raise NotImplementedError(f"{v.source} has no launch_{direction}()")
-        return fn
+        return on_tensors_device(fn)
     cuda_build.load()
     return getattr(torch.ops.rosetta, _op_name(v, direction) + "_out")
+
+
+def on_tensors_device(fn):
+    """Triton launches on the *current* device; the tensors may live on another (inputs on cuda:1
+    while cuda:0 is current). The CUDA binding sets a device guard for the same reason."""
+    def launch(*tensors):
+        if tensors[0].device.type != "cuda":  # the interpreter, on CPU tensors
+            return fn(*tensors)
+        with torch.cuda.device(tensors[0].device):
+            return fn(*tensors)
+
+    return launch
 
 
 def raw_launcher(v: Step, direction: str):

@@ -3,6 +3,8 @@ import os
 import pytest
 import torch
 
+from helpers import GPU
+
 HAS_CUDA = torch.cuda.is_available()
 
 
@@ -23,7 +25,7 @@ def interpreter():
         pytest.skip("set TRITON_INTERPRET=1 (make test does) to run Triton steps on the CPU")
 
 
-def _generator(device: str) -> torch.Generator:
+def _generator(device) -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed(1234)
     return g
@@ -32,7 +34,7 @@ def _generator(device: str) -> torch.Generator:
 @pytest.fixture
 def gen():
     """A fresh seeded generator per test, on the GPU where there is one: reproducible, never zeros."""
-    return _generator("cuda" if HAS_CUDA else "cpu")
+    return _generator(GPU if HAS_CUDA else "cpu")
 
 
 @pytest.fixture

@@ -1,9 +1,17 @@
 """Checks shared by the CPU and GPU tests: the fp64 reference, the elementwise gate, a useful
 message that names the step, the shape, the strides and the first element that is wrong."""
+import os
+
 import torch
 
 from rosetta.dispatch import exceeded
 from rosetta.ops import SPECS
+
+
+# Where the GPU tests put their tensors. ROSETTA_TEST_DEVICE=cuda:1 on a two-GPU machine puts every
+# input on the second GPU while the current device stays cuda:0: a launch that forgets the
+# tensors' device then fails.
+GPU = torch.device(os.environ.get("ROSETTA_TEST_DEVICE", "cuda"))
 
 
 def fits(variant, inputs) -> bool:
@@ -29,5 +37,5 @@ def assert_matches_reference(variant, inputs, out, direction="forward"):
 
 
 def gpu_memory_allows(nbytes: int) -> bool:
-    free, _ = torch.cuda.mem_get_info()
+    free, _ = torch.cuda.mem_get_info(GPU)
     return free > nbytes

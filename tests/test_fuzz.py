@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rosetta
-from helpers import assert_matches_reference, fits
+from helpers import GPU, assert_matches_reference, fits
 from rosetta.ops import SPECS
 
 ON_CPU = os.environ.get("TRITON_INTERPRET") == "1"
@@ -97,4 +97,4 @@ def test_fuzz_triton_steps_on_cpu(interpreter, v):
 @pytest.mark.gpu
 @pytest.mark.parametrize("v", rosetta.variants(), ids=lambda v: v.label)
 def test_fuzz_every_step_on_gpu(v):
-    fuzz(v, big=True, examples=10, device="cuda")
+    fuzz(v, big=True, examples=10, device=GPU)

@@ -6,7 +6,7 @@ import torch
 
 import rosetta
 from cases import HUGE_NUMEL, make_inputs, poisoned_output, strided_cases
-from helpers import assert_matches_reference, fits, gpu_memory_allows
+from helpers import GPU, assert_matches_reference, fits, gpu_memory_allows
 from rosetta.ops import SPECS
 
 pytestmark = pytest.mark.gpu
@@ -22,14 +22,14 @@ def run(v, inputs, direction):
 @pytest.mark.parametrize("v,dtype,direction", DIRECTED, ids=lambda p: getattr(p, "label", str(p)))
 def test_step_matches_fp64(gen, v, dtype, direction):
     for shape in SPECS[v.op].test_shapes:
-        inputs = make_inputs(v.op, shape, dtype, "cuda", gen, direction)
+        inputs = make_inputs(v.op, shape, dtype, GPU, gen, direction)
         if fits(v, inputs):
             assert_matches_reference(v, inputs, run(v, inputs, direction), direction)
 
 
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
 def test_strided_inputs(gen, v):
-    for name, inputs in strided_cases(v.op, v.dtypes[-1], "cuda", gen):
+    for name, inputs in strided_cases(v.op, v.dtypes[-1], GPU, gen):
         assert all(not t.is_contiguous() for t in inputs), name
         if not fits(v, inputs):  # a declared limit (e.g. TMA alignment): refused, naming other steps
             with pytest.raises(ValueError, match="steps"):
@@ -41,7 +41,7 @@ def test_strided_inputs(gen, v):
 def first_fitting_shape(v, dtype, gen, direction="forward", start=2):
     """The first test shape from `start` on that the step takes (its declared limits allow)."""
     for shape in SPECS[v.op].test_shapes[start:]:
-        inputs = make_inputs(v.op, shape, dtype, "cuda", gen, direction)
+        inputs = make_inputs(v.op, shape, dtype, GPU, gen, direction)
         if fits(v, inputs) and all(t.numel() for t in inputs):
             return inputs
     pytest.fail(f"{v.label} takes none of the test shapes")
@@ -61,7 +61,7 @@ def test_public_path_fills_a_recycled_nan_block(gen, v):
     inputs = first_fitting_shape(v, v.dtypes[0], gen)
     size = SPECS[v.op].forward.allocate(*inputs).numel()
     torch.full((size,), float("nan"), dtype=v.dtypes[0] if v.op != "reduce_sum" else torch.float32,
-               device="cuda")  # freed at once: the next allocation of this size reuses it
+               device=GPU)  # freed at once: the next allocation of this size reuses it
     assert_matches_reference(v, inputs, v(*inputs))
 
 
@@ -70,7 +70,7 @@ def test_dtype_not_declared_is_refused(gen, v):
     missing = [d for d in (torch.float32, torch.float16, torch.bfloat16) if d not in v.dtypes]
     if not missing:
         pytest.skip(f"{v.label} takes every float dtype")
-    inputs = make_inputs(v.op, SPECS[v.op].test_shapes[2], missing[0], "cuda", gen)
+    inputs = make_inputs(v.op, SPECS[v.op].test_shapes[2], missing[0], GPU, gen)
     with pytest.raises(ValueError, match=rf"{v.label} takes .* got {missing[0]}; .*steps"):
         v(*inputs)
 
@@ -79,7 +79,7 @@ def test_dtype_not_declared_is_refused(gen, v):
 def test_declared_limit_raises_naming_the_steps_that_take_it(gen, v):
     quantity, limit = v.bounds[0]
     shape = {"cols": (2, limit + 1), "tma_unaligned": (16, 33, 16)}[quantity]  # K = 33: 66-byte rows
-    inputs = make_inputs(v.op, shape, v.dtypes[0], "cuda", gen)
+    inputs = make_inputs(v.op, shape, v.dtypes[0], GPU, gen)
     with pytest.raises(ValueError, match=rf"{quantity} <= {limit}, got {quantity} = \d+.*; .* steps \d"):
         v(*inputs)
 
@@ -97,8 +97,8 @@ SPECIAL_ROWS = {
 
 @pytest.mark.parametrize("v", rosetta.variants("softmax"), ids=lambda v: v.label)
 def test_softmax_special_values(v):
-    x = torch.tensor(list(SPECIAL_ROWS.values()), device="cuda")
-    x = torch.cat([x, torch.randn(6, 1000, device="cuda")[:, :5]])  # ordinary rows beside them
+    x = torch.tensor(list(SPECIAL_ROWS.values()), device=GPU)
+    x = torch.cat([x, torch.randn(6, 1000, device=GPU)[:, :5]])  # ordinary rows beside them
     for dtype in v.dtypes:
         xd = x.to(dtype)
         torch.testing.assert_close(v(xd), torch.softmax(xd.float(), -1).to(dtype), equal_nan=True,
@@ -114,9 +114,9 @@ def test_autograd_runs_the_same_step(gen, v):
     """Gradients through the step's own kernels against fp64 autograd on the same inputs."""
     dtype = v.dtypes[0]
     shape = {"softmax": (37, 777), "matmul": (64, 128, 48)}[v.op]  # matmul: rows TMA can read
-    inputs = [t.requires_grad_() for t in make_inputs(v.op, shape, dtype, "cuda", gen)]
+    inputs = [t.requires_grad_() for t in make_inputs(v.op, shape, dtype, GPU, gen)]
     out = v(*inputs)
-    grad = torch.randn(out.shape, device="cuda", generator=gen).to(dtype)
+    grad = torch.randn(out.shape, device=GPU, generator=gen).to(dtype)
     got = torch.autograd.grad(out, inputs, grad)
     ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
     ref_out = SPECS[v.op].forward.reference(*ref_inputs)
@@ -131,9 +131,10 @@ def test_autograd_runs_the_same_step(gen, v):
 @pytest.mark.parametrize("backend", rosetta.BACKENDS)
 @pytest.mark.parametrize("op", rosetta.ops_with_steps())
 def test_torch_compile_fullgraph_forward_and_backward(gen, op, backend):
+    torch._dynamo.reset()  # one lambda code object for all 8 cases: past the recompile limit, fullgraph raises
     fn = getattr(rosetta, op)
     shape = SPECS[op].test_shapes[3]
-    inputs = make_inputs(op, shape, torch.float32, "cuda", gen)
+    inputs = make_inputs(op, shape, torch.float32, GPU, gen)
     eager = fn(*inputs, backend=backend)  # also registers the backend's ops before tracing
     compiled = torch.compile(lambda *args: fn(*args, backend=backend), fullgraph=True)
     torch.testing.assert_close(compiled(*inputs), eager)
@@ -146,18 +147,27 @@ def test_torch_compile_fullgraph_forward_and_backward(gen, op, backend):
             torch.testing.assert_close(a.grad, b.grad)
 
 
+# The registration is the same code for every step of a backend, so the costly check (trace and
+# compile with dynamic shapes) runs on each ladder's last step; the rest run on every step.
+LAST_STEPS = {v.label for v in VARIANTS if v is rosetta.variants(v.op, v.backend)[-1]}
+QUICK_CHECKS = ("test_schema", "test_autograd_registration", "test_faketensor")
+FULL_CHECKS = QUICK_CHECKS + ("test_aot_dispatch_dynamic",)
+
+
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
 def test_opcheck(gen, v):
     dtype = v.dtypes[0]
     shape = {"softmax": (7, 33), "matmul": (24, 16, 8)}.get(v.op, SPECS[v.op].test_shapes[2])
-    inputs = make_inputs(v.op, shape, dtype, "cuda", gen)
+    inputs = make_inputs(v.op, shape, dtype, GPU, gen)
     v(*inputs)  # registers the ops
     if SPECS[v.op].autograd:
         inputs = tuple(t.requires_grad_() for t in inputs)
-    torch.library.opcheck(getattr(torch.ops.rosetta, v.qualname).default, inputs)
+    checks = FULL_CHECKS if v.label in LAST_STEPS else QUICK_CHECKS
+    torch.library.opcheck(getattr(torch.ops.rosetta, v.qualname).default, inputs, test_utils=checks)
     if SPECS[v.op].backward:
-        back = make_inputs(v.op, shape, dtype, "cuda", gen, "backward")
-        torch.library.opcheck(getattr(torch.ops.rosetta, v.qualname + "_backward").default, back)
+        back = make_inputs(v.op, shape, dtype, GPU, gen, "backward")
+        torch.library.opcheck(getattr(torch.ops.rosetta, v.qualname + "_backward").default, back,
+                              test_utils=checks)
 
 
 # ---- >= 2^31 elements ---------------------------------------------------------------------------
@@ -167,8 +177,8 @@ def test_opcheck(gen, v):
 def test_vector_add_past_2_31_elements(gen, v, dtype):
     """2^31 + 17 elements: 32-bit offsets would wrap. Checked exactly, chunk by chunk (an fp64
     copy of the whole would need 51 GB): each element must equal the fp32 sum rounded to dtype."""
-    x = torch.randn(HUGE_NUMEL, device="cuda", dtype=dtype, generator=gen)
-    y = torch.randn(HUGE_NUMEL, device="cuda", dtype=dtype, generator=gen)
+    x = torch.randn(HUGE_NUMEL, device=GPU, dtype=dtype, generator=gen)
+    y = torch.randn(HUGE_NUMEL, device=GPU, dtype=dtype, generator=gen)
     out = v(x, y)
     chunk = 2**28
     for start in range(0, HUGE_NUMEL, chunk):
@@ -193,7 +203,7 @@ def test_softmax_past_2_31_elements(gen, v):
     rows, cols = 2**16 + 3, 2**15
     if not gpu_memory_allows(3 * rows * cols * 2 + 2**32):
         pytest.skip("not enough GPU memory")
-    x = torch.empty(rows, cols, device="cuda", dtype=torch.bfloat16).normal_(generator=gen)
+    x = torch.empty(rows, cols, device=GPU, dtype=torch.bfloat16).normal_(generator=gen)
     out = v(x)
     for start in range(0, rows, 4096):
         s = slice(start, start + 4096)
@@ -213,8 +223,8 @@ def test_matmul_output_past_2_31_elements(gen, v):
     m = n = 46344
     if not gpu_memory_allows(m * n * 2 + 2**32):
         pytest.skip("not enough GPU memory")
-    a = torch.randn(m, 16, device="cuda", generator=gen).to(torch.bfloat16)
-    b = torch.randn(16, n, device="cuda", generator=gen).to(torch.bfloat16)
+    a = torch.randn(m, 16, device=GPU, generator=gen).to(torch.bfloat16)
+    b = torch.randn(16, n, device=GPU, generator=gen).to(torch.bfloat16)
     out = v(a, b)
     for start in range(0, m, 4096):
         expected = a[start:start + 4096].float() @ b.float()

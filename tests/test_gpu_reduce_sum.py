@@ -5,7 +5,7 @@ import torch
 
 import rosetta
 from cases import HUGE_NUMEL
-from helpers import assert_matches_reference
+from helpers import GPU, assert_matches_reference
 
 pytestmark = pytest.mark.gpu
 STEPS = rosetta.variants("reduce_sum")
@@ -21,14 +21,14 @@ def nondeterministic(v):
 def test_uniform_positive_data(gen, v, dtype):
     """U(0,1): no cancellation to hide accumulated rounding; the bound is 1e-5 * sum|x|."""
     for n in (2**20 + 7, 2**28):
-        x = torch.rand(n, device="cuda", generator=gen).to(dtype)
+        x = torch.rand(n, device=GPU, generator=gen).to(dtype)
         assert_matches_reference(v, (x,), v(x))
 
 
 @pytest.mark.parametrize("v", STEPS, ids=lambda v: v.label)
 def test_run_to_run(gen, v):
     """Deterministic steps give identical bits every run; the atomic ones stay in the bound."""
-    x = torch.rand(2**24 + 3, device="cuda", generator=gen)
+    x = torch.rand(2**24 + 3, device=GPU, generator=gen)
     results = torch.stack([v(x) for _ in range(20)]).double()
     if not nondeterministic(v):
         assert torch.equal(results, results[:1].expand_as(results)), f"{v.label} is not deterministic"
@@ -42,7 +42,7 @@ def test_run_to_run(gen, v):
 @pytest.mark.parametrize("v", STEPS, ids=lambda v: v.label)
 def test_past_2_31_elements(gen, v, dtype):
     """2^31 + 17 elements: 32-bit indexing would wrap. Reference accumulated chunk by chunk."""
-    x = torch.rand(HUGE_NUMEL, device="cuda", generator=gen).to(dtype)
+    x = torch.rand(HUGE_NUMEL, device=GPU, generator=gen).to(dtype)
     out = v(x).double()
     chunks = x.split(2**28)
     ref = sum(c.double().sum() for c in chunks)
