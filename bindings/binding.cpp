@@ -16,7 +16,7 @@
 
 namespace rosetta_binding {
 
-enum class Layout : int { contiguous = 0, rows = 1, any = 2 };
+enum class Layout : int { contiguous = 0, rows = 1, rows_or_cols = 2, any = 3 };  // ops/spec.py LAYOUTS
 
 class Call {
  public:
@@ -46,6 +46,10 @@ class Call {
   bool fits(const at::Tensor& t) const {
     if (layout_ == Layout::any || t.numel() <= 1) return true;
     if (layout_ == Layout::rows) return t.dim() == 0 || t.stride(-1) == 1 || t.size(-1) == 1;
+    if (layout_ == Layout::rows_or_cols) {
+      const int64_t rows = t.size(-2), cols = t.size(-1);
+      return (t.stride(-1) == 1 && t.stride(-2) >= cols) || (t.stride(-2) == 1 && t.stride(-1) >= rows);
+    }
     return t.is_contiguous();
   }
 

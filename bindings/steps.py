@@ -56,7 +56,7 @@ class Step:
     name: str
     source: str  # repo-relative path of the step's kernel file
     dtypes: tuple  # torch dtypes this step takes (its `Dtypes:` line, else the op's)
-    layout: str  # what the kernel assumes about strides: contiguous | rows | any
+    layout: str  # what the kernel assumes about strides: one of ops.spec.LAYOUTS
     bounds: tuple  # ((quantity, max), ...) from its `Max:` line, checked before launch
     header: Header
 

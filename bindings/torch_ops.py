@@ -19,20 +19,13 @@ import torch
 
 from . import cuda_build
 from .ops import SPECS
+from .ops.spec import fits_layout
 from .steps import REPO, Step, all_steps
 
 
 def interpreting() -> bool:
     """True under TRITON_INTERPRET=1: Triton steps then run on CPU tensors."""
     return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def fits_layout(t: torch.Tensor, layout: str) -> bool:
-    if layout == "any" or t.numel() <= 1:
-        return True
-    if layout == "rows":
-        return t.dim() == 0 or t.stride(-1) == 1 or t.shape[-1] == 1
-    return t.is_contiguous()
 
 
 def kernel_inputs(v: Step, direction: str, inputs: tuple) -> tuple[tuple, list[str]]:

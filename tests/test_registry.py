@@ -5,6 +5,7 @@ import torch
 import rosetta
 from rosetta import steps as registry
 from rosetta.ops import SPECS
+from rosetta.ops.spec import LAYOUTS
 
 
 def all_step_files():
@@ -42,7 +43,7 @@ def test_steps_are_contiguous_and_best_is_last(op, backend):
 def test_variant_fields(v):
     assert (registry.REPO / v.source).is_file()
     assert v.op in SPECS and v.dtypes and set(v.dtypes) <= set(SPECS[v.op].dtypes)
-    assert v.layout in ("contiguous", "rows", "any", "tma")
+    assert v.layout in LAYOUTS
     assert v.source.endswith(f"{v.step:02d}_{v.name}{registry.SUFFIXES[v.backend]}")
     for field in ("title", "changed", "why", "still", "limits"):
         assert len(getattr(v.header, field)) > 3, f"{v.source}: empty {field}"

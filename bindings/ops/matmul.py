@@ -4,8 +4,9 @@ through the same step, on transposed views."""
 import math
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
-from .spec import Direction, Headline, OpSpec
+from .spec import Direction, Headline, OpSpec, fits_layout
 
 FP32 = (torch.float32,)
 HALF = (torch.bfloat16, torch.float16)
@@ -34,16 +35,25 @@ def error_scale(inputs, ref):
     return (a.abs() @ b.abs()) * max(1.0, math.log2(max(a.shape[1], 1))) + torch.finfo(inputs[0].dtype).tiny
 
 
+def address(t: torch.Tensor) -> int:
+    """t's address; 0 while torch.compile traces (fake tensors have none, and torch allocates
+    16-byte aligned, so only a view's offset can misalign: that is checked in eager mode)."""
+    try:
+        return 0 if is_fake(t) else t.data_ptr()
+    except RuntimeError:  # another tracing wrapper (FunctionalTensor)
+        return 0
+
+
 def tma_unaligned(*operands) -> int:
     """Operands the Hopper bulk-tensor copy (TMA) cannot read: it needs one unit stride, the other
-    stride a multiple of 16 bytes and a 16-byte-aligned start. An operand with no unit stride is
-    copied to contiguous by the dispatcher first, so it is judged as that copy."""
+    stride a multiple of 16 bytes and a 16-byte-aligned start. An operand that is neither row- nor
+    column-major is copied to contiguous by the dispatcher first, so it is judged as that copy."""
     bad = 0
     for t in operands:
         if t.numel() == 0:
             continue
-        if t.stride(-1) == 1 or t.stride(0) == 1:
-            other, start = (t.stride(0) if t.stride(-1) == 1 else t.stride(1)), t.data_ptr()
+        if fits_layout(t, "rows_or_cols"):
+            other, start = (t.stride(0) if t.stride(-1) == 1 else t.stride(1)), address(t)
         else:
             other, start = t.shape[1], 0
         bad += (other * t.element_size()) % 16 != 0 or start % 16 != 0

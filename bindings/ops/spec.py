@@ -11,7 +11,22 @@ import torch
 
 Shape = tuple[int, ...]
 ALL_FLOAT = (torch.float32, torch.float16, torch.bfloat16)
-LAYOUTS = ("contiguous", "rows", "any")  # what a step's `Layout:` header line may say
+# What a step's `Layout:` header line may say: contiguous; rows (unit last stride, any row stride);
+# rows_or_cols (a 2-D row- or column-major matrix with any leading dimension: what a TMA tensor
+# map describes); any (every stride the kernel's pointer arithmetic takes, even 0).
+LAYOUTS = ("contiguous", "rows", "rows_or_cols", "any")
+
+
+def fits_layout(t: torch.Tensor, layout: str) -> bool:
+    """True when the kernel can take t's strides as they are (else the dispatcher copies it)."""
+    if layout == "any" or t.numel() <= 1:
+        return True
+    if layout == "rows":
+        return t.dim() == 0 or t.stride(-1) == 1 or t.shape[-1] == 1
+    if layout == "rows_or_cols":
+        rows, cols = t.shape[-2:]
+        return (t.stride(-1) == 1 and t.stride(-2) >= cols) or (t.stride(-2) == 1 and t.stride(-1) >= rows)
+    return t.is_contiguous()
 
 
 @dataclass(frozen=True)

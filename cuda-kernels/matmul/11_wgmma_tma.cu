@@ -24,7 +24,7 @@ Limits:   each of A and B needs one unit stride (row- or column-major; a[:, ::2]
           of 8 elements. Other inputs return cudaErrorInvalidValue: step 10 takes them.
           M, N, K < 2^31.
 Dtypes:   bfloat16, float16
-Layout:   any
+Layout:   rows_or_cols
 Max:      tma_unaligned <= 0
 */
 #include "hopper.cuh"

@@ -22,7 +22,7 @@ Limits:   as step 11: each of A and B needs one unit stride and the copy engine'
           (16-byte aligned base, the other stride a multiple of 8 elements); other inputs return
           cudaErrorInvalidValue (step 10 takes them). M, N, K < 2^31.
 Dtypes:   bfloat16, float16
-Layout:   any
+Layout:   rows_or_cols
 Max:      tma_unaligned <= 0
 */
 #include "hopper.cuh"

@@ -27,7 +27,7 @@ Limits:   as step 11: each of A and B needs one unit stride and the copy engine'
           multiples (N % 8 != 0) take masked register stores instead of TMA stores.
           M, N, K < 2^31.
 Dtypes:   bfloat16, float16
-Layout:   any
+Layout:   rows_or_cols
 Max:      tma_unaligned <= 0
 */
 #include "hopper.cuh"
