@@ -1,0 +1,59 @@
+"""What the dispatcher hands each step's kernels (CPU: the decisions, not the launches): the layout
+rules of ops/spec.py, the copies they cause, and the TMA bound read from strides and addresses."""
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import rosetta
+from rosetta.ops.matmul import address, tma_unaligned
+from rosetta.ops.spec import fits_layout
+from rosetta.torch_ops import kernel_inputs
+from rosetta.triton_kernels.tma import check_tma
+
+M, K, N = 24, 16, 32
+CASES = {  # name: (tensor, fits rows, fits rows_or_cols)
+    "contiguous": (torch.ones(M, K), True, True),
+    "column-major (a.t() of a contiguous K x M)": (torch.ones(K, M).t(), False, True),
+    "row slice with padded leading dimension": (torch.ones(M, 2 * K)[:, :K], True, True),
+    "every other column": (torch.ones(M, 2 * K)[:, ::2], False, False),
+    # the gradient of out.sum(): one value broadcast, strides (0, 0); a tensor map cannot read it
+    "expanded (strides 0, 0)": (torch.ones(1).expand(M, K), False, False),
+    "expanded rows (strides 0, 1)": (torch.ones(K).expand(M, K), True, False),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_layout_rules(name):
+    t, rows, rows_or_cols = CASES[name]
+    assert fits_layout(t, "any")
+    assert fits_layout(t, "rows") == rows
+    assert fits_layout(t, "rows_or_cols") == rows_or_cols
+    assert fits_layout(t, "contiguous") == t.is_contiguous()
+
+
+def test_tma_step_gets_a_copy_of_a_broadcast_gradient():
+    """matmul's backward runs the forward step on (grad, b.t()); after out.sum().backward() grad
+    has strides (0, 0): the TMA steps must receive a contiguous copy, and b.t() as it is."""
+    step = next(v for v in rosetta.variants("matmul", "cuda") if v.layout == "rows_or_cols")
+    grad = torch.ones(1, dtype=torch.bfloat16).expand(M, N)
+    b = torch.ones(K, N, dtype=torch.bfloat16)
+    (g, bt), copied = kernel_inputs(step, "forward", (grad, b.t()))
+    assert copied == ["a"] and g.is_contiguous()
+    assert bt.stride() == (1, N)  # column-major: read in place by a K-major tensor map
+
+
+def test_tma_bound_judges_a_copied_operand_as_its_copy():
+    a = torch.ones(1, dtype=torch.bfloat16).expand(M, K)  # copied to contiguous: 32-byte rows
+    assert tma_unaligned(a, torch.ones(K, N, dtype=torch.bfloat16)) == 0
+    odd = torch.ones(M, 33, dtype=torch.bfloat16)  # 66-byte rows: no tensor map
+    assert tma_unaligned(odd, torch.ones(33, N, dtype=torch.bfloat16)) == 1
+
+
+def test_addresses_are_read_safely_while_tracing():
+    """torch.compile traces the Triton host code with fake tensors, which have no address."""
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(torch.ones(M, K, dtype=torch.bfloat16))
+        assert address(fake) == 0
+        b = mode.from_tensor(torch.ones(K, N, dtype=torch.bfloat16))
+        assert tma_unaligned(fake, b) == 0
+        check_tma(6, fake, b, mode.from_tensor(torch.ones(M, N, dtype=torch.bfloat16)))  # no raise
