@@ -10,6 +10,7 @@ Still:    the second kernel runs one program over n/4096 partials (64 Ki of them
           serial loop of 16 iterations) while the rest of the GPU idles, and there is a kernel
           boundary between the passes.
 Limits:   none (64-bit offsets).
+Mirrors:  CUDA steps 01-08 (the block tree and its warp shuffles become tl.sum), two launches as in step 07
 """
 import torch
 import triton

@@ -9,6 +9,7 @@ Still:    NON-DETERMINISTIC: programs finish in a different order every run, so 
           happen in a different order and round differently (the spread is measured by a GPU
           test and stays within 1e-5 * sum|x|). And one program per block: many short programs.
 Limits:   none.
+Mirrors:  CUDA step 09 (one launch), with an fp32 atomic per block in place of its last-block ticket
 """
 import triton
 import triton.language as tl

@@ -10,6 +10,7 @@ Still:    NON-DETERMINISTIC like step 2 (fewer atomics, so a smaller spread). Th
           the kernel several times on the first call for each n (reset_to_zero keeps the output
           right). Step 4 trades the atomics for a tiny second pass to become deterministic.
 Limits:   none.
+Mirrors:  CUDA step 10 (a machine-sized grid, many loads in flight per thread), finished by atomics
 """
 import triton
 import triton.language as tl

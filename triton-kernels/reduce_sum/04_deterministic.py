@@ -9,6 +9,7 @@ Why:      the same bytes and nearly the same time as step 3, but the result is b
           counter; Triton has no grid-wide "am I last" without the same atomic ticket.)
 Still:    two launches; the block size is re-tuned for every new n.
 Limits:   none.
+Mirrors:  CUDA step 09 (a fixed order of adds), with a second launch in place of its last-block ticket
 """
 import torch
 import triton

@@ -9,6 +9,7 @@ Why:      Triton's unit is a block, not a thread: one program per 1024 elements,
 Still:    BLOCK and num_warps are guesses: 1024 elements x 4 warps puts 8 fp32 per thread per
           operand in flight; a different split may keep more bytes in flight per SM.
 Limits:   none (the offsets are 64-bit, so n may exceed 2^31).
+Mirrors:  CUDA steps 01-03 (naive, grid-stride, vectorized: the compiler picks the vector width)
 """
 import triton
 import triton.language as tl

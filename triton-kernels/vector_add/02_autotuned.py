@@ -8,6 +8,7 @@ Why:      at 2^28 elements step 1 launches 2^18 programs of 1024 elements; bigge
 Still:    the first call for each new n pays the tuning runs (tens of milliseconds), and the
           choice is re-made for every distinct size; a real library buckets the key.
 Limits:   none.
+Mirrors:  CUDA step 04 (more bytes in flight per thread), by tuning BLOCK and num_warps
 """
 import triton
 import triton.language as tl
