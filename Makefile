@@ -24,7 +24,7 @@ test:
 # GPU: every step x dtype x direction x shape against fp64, autograd, compile, opcheck, fuzzing.
 # `slow`: >= 2^31 elements.
 test-gpu:
-	$(PYTEST) -m "gpu" -q
+	$(PYTEST) -m "gpu" -q $(PYTEST_ARGS)
 
 bench:
 	$(BENCH)
