@@ -10,11 +10,25 @@ BENCH = PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench
 # torch==2.13.0 is the CPU build on machines without a GPU (a plain `torch` would pull a multi-GB
 # CUDA build); triton 3.6.0 is the reference GPU's, so the interpreter runs the same Triton there;
 # numpy<2.4 because triton 3.6's interpreter breaks on runtime-bounded range() with numpy>=2.4.
+# The site's headless-browser test needs Chromium: where none is on PATH, Debian's `chromium` is
+# installed through apt (as root, or with sudo); where that cannot be done, setup says so and goes on
+# (the test then fails unless ROSETTA_NO_BROWSER=1).
 setup:
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q "torch==2.13.0" "triton==3.6.0" "numpy<2.4"
 	$(VENV)/bin/python -m pip install -q -e ".[test]"
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; else SUDO=no; fi; \
+	  if [ "$$SUDO" != no ] && command -v apt-get >/dev/null 2>&1 \
+	     && $$SUDO apt-get update -qq \
+	     && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+	     && command -v chromium >/dev/null 2>&1; then \
+	    echo "setup: installed Debian's chromium for the site's headless-browser test"; \
+	  else \
+	    echo "setup: could not install chromium (needs apt-get, and root or sudo): the site's headless-browser" \
+	         "test (tests/test_site.py) needs it and fails without it; install chromium, or set ROSETTA_NO_BROWSER=1 to skip it" >&2; \
+	  fi; }
 
 # CPU: Triton under the interpreter, nvcc + SASS checks, registry, harness logic, API errors,
 # the wheel, and property-based fuzzing (bounded: fixed seed, time budget).

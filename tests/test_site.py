@@ -1,6 +1,6 @@
 """The static site (`make report`) built from the committed results: every step has its section, the
-pages are well-formed HTML whose relative links resolve, and (when a browser is on PATH) Chromium
-renders the step titles."""
+pages are well-formed HTML whose relative links resolve, and headless Chromium renders every page
+with both ladders and saves a screenshot (skipped only with ROSETTA_NO_BROWSER=1)."""
 from __future__ import annotations
 
 import html
@@ -151,17 +151,82 @@ def _browser():
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def test_browser_renders_step_titles(built):
+class Rendered(Page):
+    """Page, plus each step section's backend, id and ladder column (0 = left, 1 = right) and the
+    ladder table's column headings."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.col, self.heads, self.steps, self._th = [], -1, [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        super().handle_starttag(tag, attrs)
+        classes = (dict(attrs).get("class") or "").split()
+        in_ladder = bool(self.tables) and self.tables[-1]
+        if tag == "table":
+            self.tables.append("ladder" in classes)
+        elif tag == "tr" and in_ladder:
+            self.col = -1
+        elif tag == "td" and in_ladder:
+            self.col += 1
+        elif tag == "th" and in_ladder:
+            self._th = ""
+        elif tag == "section" and "step" in classes and any(self.tables):
+            self.steps.append((classes[-1], dict(attrs).get("id"), self.col))
+
+    def handle_endtag(self, tag):
+        super().handle_endtag(tag)
+        if tag == "table" and self.tables:
+            self.tables.pop()
+        elif tag == "th" and self._th is not None:
+            self.heads.append(self._th.strip())
+            self._th = None
+
+    def handle_data(self, data):
+        if self._th is not None:
+            self._th += data
+
+
+def _chromium(browser, profile, *args):
+    run = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+                          *args], capture_output=True, text=True, timeout=60)
+    return run.stdout, run.stderr[-2000:]
+
+
+def test_browser_renders_step_titles(built, tmp_path):
+    """Chromium loads every page: the DOM it builds has every step title, an op page has the CUDA
+    ladder in the left column and the Triton ladder in the right, its links are the ones
+    test_pages_are_well_formed_and_links_resolve resolved, and a 1400x1000 screenshot is not blank."""
+    import os
+
+    if os.environ.get("ROSETTA_NO_BROWSER") == "1":
+        pytest.skip("ROSETTA_NO_BROWSER=1: the headless-browser check is switched off")
     browser = _browser()
     if browser is None:
-        pytest.skip("no chromium or chromium-browser on PATH: the headless-browser check needs one")
-    out, _ = built
-    op = rosetta.ops_with_steps()[-1]
-    for name, expected in (("index.html", [f"{o}" for o in rosetta.ops_with_steps()]),
-                           (f"{op}.html", [v.header.title for v in rosetta.variants(op)])):
-        dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
-                              (out / name).resolve().as_uri()], capture_output=True, text=True,
-                             timeout=120).stdout
-        assert "</html>" in dom, f"{name}: no DOM dumped"
-        for title in expected:
+        pytest.fail("no chromium on PATH: `make setup` installs Debian's chromium; set ROSETTA_NO_BROWSER=1 to skip")
+    out, pages = built
+    ops = rosetta.ops_with_steps()
+    for path in pages:
+        name, uri = path.name, path.resolve().as_uri()
+        dom, err = _chromium(browser, tmp_path / "profile", "--dump-dom", uri)
+        assert "</html>" in dom, f"{name}: no DOM dumped: {err}"
+        rendered = Rendered()
+        rendered.feed(dom)
+        rendered.close()
+        # the browser's DOM links to what the page's source links to, every target of which resolves
+        assert set(rendered.links) == set(parse(path).links), f"{name}: rendered links differ from the source's"
+        op = path.stem
+        titles = ops if op == "index" else [v.header.title for v in rosetta.variants(op)]
+        for title in titles:
             assert html.escape(title, quote=False) in dom, f"{name}: {title!r} not rendered"
+        if op != "index":
+            assert rendered.heads[:2] == ["CUDA", "Triton"], f"{name}: ladder headings {rendered.heads[:2]}"
+            for col, backend in enumerate(("cuda", "triton")):
+                placed = [(i, c) for b, i, c in rendered.steps if b == backend]
+                want = [(site_step.anchor(v), col) for v in rosetta.variants(op, backend)]
+                assert placed == want, f"{name}: the {backend} ladder is not rendered whole in column {col}"
+        shot = tmp_path / f"{op}.png"
+        _, err = _chromium(browser, tmp_path / "profile", "--hide-scrollbars", "--window-size=1400,1000",
+                           f"--screenshot={shot}", uri)
+        assert shot.is_file(), f"{name}: no screenshot: {err}"
+        assert shot.stat().st_size > 10_000, f"{name}: screenshot of {shot.stat().st_size} bytes (blank page?)"
