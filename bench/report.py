@@ -78,6 +78,10 @@ def readme_blocks(folder) -> dict:
     flush = folder / "flush.md"
     if flush.exists():
         blocks["flush"] = flush.read_text()
+    from . import claims  # imports the site's data helpers: only when the docs are written
+
+    blocks["claims"] = ("Checked by the report's claims page (`make report`, then site/claims.html), "
+                        "from the committed results:\n\n" + claims.markdown_summary(rows))
     sanitize = folder / "sanitize.md"
     if sanitize.exists():
         blocks["sanitize"] = f"[{rel}/sanitize.md]({rel}/sanitize.md): " + _sanitize_total(sanitize.read_text())

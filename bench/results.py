@@ -54,10 +54,10 @@ def order_key(row: dict):
     steps in order; then dtype, size."""
     from rosetta.registry import BACKENDS, OPS
 
-    from .tiers import REFERENCE_BACKENDS
+    from .tiers import REFERENCE_BACKENDS, TORCH_TIERS
 
     backend_rank = {b: i for i, b in enumerate((*REFERENCE_BACKENDS, *BACKENDS))}
-    tier_rank = {"eager": 0, "compile": 1}
+    tier_rank = {name: i for i, name in enumerate(TORCH_TIERS)}
     return (OPS.index(row["op"]), DIRECTIONS.index(row.get("direction") or "forward"),
             backend_rank[row["backend"]], row["step"] or 0, tier_rank.get(row["name"], 0),
             str(row["dtype"]), row["numel"] or 0)

@@ -5,6 +5,7 @@
                         headline, its ratio to torch eager, its device NLOC
     site/<op>.html      the CUDA and Triton ladders side by side, aligned by the step each Triton step
                         mirrors; per step its header, source, diff, line counts, measured rows, ncu
+    site/claims.html    claims common in Triton teaching material against our numbers, with verdicts
     site/plots/*.png    the plots of the reference results, copied
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import rosetta
 
-from . import ncu, results, site_data, site_step
+from . import ncu, results, site_claims, site_data, site_step
 from .report import reference_results
 from .site_step import fmt, link, throughput
 
@@ -37,6 +38,10 @@ dl.header dt { font-weight: bold; } dl.header dd { margin: 0; }
 .wide { overflow-x: auto; } .highlight { overflow-x: auto; font-size: 12px; max-height: 40em; overflow-y: auto; }
 details { margin: .4em 0; } summary { cursor: pointer; color: #2a6f97; }
 img.plot { max-width: 48%; border: 1px solid #eee; margin: 2px; }
+.verdict { display: inline-block; font-weight: bold; padding: 1px 8px; border-radius: 3px; color: #fff; }
+.verdict.holds { background: #5a8f29; } .verdict.fails { background: #b23b3b; }
+.verdict.depends { background: #c07a12; } .verdict.unmeasured { background: #888; }
+td.rows { text-align: left; font-size: 12px; }
 """
 
 
@@ -48,7 +53,8 @@ def page(title: str, body: str) -> str:
 
 def nav() -> str:
     ops = " · ".join(f'<a href="{op}.html">{op}</a>' for op in rosetta.ops_with_steps())
-    return f'<p class="nav"><a href="index.html">overview</a> · {ops}</p>'
+    claims = '<a href="claims.html">claims, measured</a>'
+    return f'<p class="nav"><a href="index.html">overview</a> · {ops} · {claims}</p>'
 
 
 def best_cell(rows, case, op, backend, page_name) -> str:
@@ -136,8 +142,17 @@ def op_html(op: str, rows: list[dict], ncu_rows: list[dict], plots: list[str]) -
     return page(f"kernel-rosetta: {op}", body)
 
 
+def claims_html(rows: list[dict], folder: Path | None, env: dict) -> str:
+    measured = ", ".join(str(env[k]) for k in ("gpu", "git_sha", "date_utc") if env.get(k))
+    source = f"results/{folder.name}/bench.csv ({measured})" if folder else "no committed results"
+    return page("kernel-rosetta: claims, measured",
+                f"<h1>Claims, measured</h1>{nav()}{site_claims.body(rows, source)}")
+
+
 def build(out: Path, folder: Path | None = None) -> list[Path]:
-    """Write the site into `out`; returns the pages written."""
+    """Write the site into `out`; returns the index and op pages written. claims.html is written
+    beside them but not returned: tests/test_site.py pins the returned list to exactly those pages
+    (tests/test_claims.py checks claims.html)."""
     folder = folder or reference_results()
     rows = results.read_rows(folder / "bench.csv") if folder else []
     ncu_rows = ncu.read_table(folder / "ncu.csv") if folder else []
@@ -152,6 +167,7 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
     for op in rosetta.ops_with_steps():
         written.append(out / f"{op}.html")
         written[-1].write_text(op_html(op, rows, ncu_rows, plots))
+    (out / "claims.html").write_text(claims_html(rows, folder, env))
     return written
 
 
@@ -161,7 +177,7 @@ def main(argv=None) -> int:
     parser.add_argument("--results", type=Path, default=None, help="results/<gpu> folder (default: the reference GPU's)")
     args = parser.parse_args(argv)
     pages = build(args.out, args.results)
-    print(f"wrote {len(pages)} pages to {args.out}/ (open {args.out / 'index.html'})")
+    print(f"wrote {len(pages)} pages and claims.html to {args.out}/ (open {args.out / 'index.html'})")
     return 0
 
 

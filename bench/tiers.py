@@ -1,27 +1,56 @@
 """The reference tiers beside every ladder: torch eager (the vendor library path), torch.compile
-(Inductor-generated Triton), CUDA-library tiers built into the extension (e.g. CUB), and peer
-libraries when they import (Liger-Kernel). They quack like a Variant for the bench."""
+(Inductor-generated Triton), torch unfused (the op as separate torch ops, where its spec writes
+one out), CUDA-library tiers built into the extension (e.g. CUB), peer libraries when they import
+(Liger-Kernel), and ablations (one of our steps launched with one choice changed). They quack like
+a Variant for the bench."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
+import rosetta
 from rosetta.ops import SPECS
 
 from . import peers
 
-TORCH_TIERS = ("eager", "compile")
+TORCH_TIERS = ("eager", "compile", "unfused")  # unfused: only in the directions that declare one
 LIBRARY_TIERS = {"cub": "device_reduce"}  # backend -> name: CUDA-library references
-REFERENCE_BACKENDS = ("torch", *LIBRARY_TIERS, *peers.PEERS)
+ABLATION = "ablation"  # the backend of the ablation tiers: not a ladder step, so no step deltas
+REFERENCE_BACKENDS = ("torch", *LIBRARY_TIERS, *peers.PEERS, ABLATION)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """A ladder step launched with one keyword of its launch() changed: what that one choice is
+    worth, measured on the step's own kernel with everything else as the step has it."""
+    op: str
+    backend: str
+    step: int
+    keyword: str
+    value: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend}_{self.step:02d}_{self.keyword}{self.value}"
+
+    @property
+    def variant(self):
+        return rosetta.select(self.op, self.backend, self.step)
+
+
+# The Triton tutorials warn that a tiny BLOCK_SIZE (4) makes vector_add ~95x slower than a tuned
+# one: step 1's kernel at block=4 measures it (the site's claims page, bench/claims.py, reads it).
+ABLATIONS = (Ablation("vector_add", "triton", 1, "block", 4),)
 
 
 @dataclass(frozen=True)
 class Tier:
     op: str
-    name: str  # "eager", "compile", a library tier's name, or a peer's op name
+    name: str  # a TORCH_TIERS name, a library tier's name, a peer's op name or an Ablation.name
     backend: str = "torch"
     step: int = 0
+    ablation: Ablation | None = None  # set for the ablation tiers only
 
     @property
     def label(self) -> str:
@@ -29,21 +58,25 @@ class Tier:
 
     @property
     def dtypes(self):
-        return SPECS[self.op].dtypes
+        return self.ablation.variant.dtypes if self.ablation else SPECS[self.op].dtypes
 
     def takes(self, direction: str) -> bool:
-        if self.backend in LIBRARY_TIERS:
+        if self.backend in LIBRARY_TIERS or self.ablation:  # the override is for launch(), the forward
             return direction == "forward"
         if self.backend in peers.PEERS:
             return peers.takes(self.backend, self.op, direction)
+        if self.name == "unfused":
+            return SPECS[self.op].directions()[direction].torch_unfused is not None
         return True
 
 
 def tiers(op: str) -> list[Tier]:
     spec = SPECS[op]
-    return ([Tier(op, name) for name in TORCH_TIERS]
+    torch_tiers = [Tier(op, name) for name in TORCH_TIERS]
+    return ([t for t in torch_tiers if any(t.takes(d) for d in spec.directions())]
             + [Tier(op, LIBRARY_TIERS[lib], backend=lib) for lib in spec.tiers]
-            + [Tier(op, op, backend=peer) for peer in spec.peers])
+            + [Tier(op, op, backend=peer) for peer in spec.peers]
+            + [Tier(op, a.name, backend=ABLATION, ablation=a) for a in ABLATIONS if a.op == op])
 
 
 _compiled = {}
@@ -63,11 +96,16 @@ def compiled(op: str, direction: str):
 
 def runner(subject, direction: str, inputs: tuple, out):
     """(fn, copied): fn() runs `subject` once and returns its output; copied names the inputs the
-    step's layout made the dispatcher copy (before any timing). Steps and the eager and library
-    tiers write into the preallocated `out`; torch.compile and peers allocate their own."""
+    step's layout made the dispatcher copy (before any timing). Steps, ablations and the eager,
+    unfused and library tiers write into the preallocated `out` (unfused allocates its temporaries:
+    that is its point); torch.compile and peers allocate their own."""
     d = SPECS[subject.op].directions()[direction]
     if not isinstance(subject, Tier):
         launch, copied = subject.launcher(direction, inputs, out)
+        return (lambda: (launch(), out)[1]), copied
+    if subject.ablation:  # the step's own launch, one keyword changed
+        a = subject.ablation
+        launch, copied = a.variant.launcher(direction, inputs, out, **{a.keyword: a.value})
         return (lambda: (launch(), out)[1]), copied
     if subject.backend in LIBRARY_TIERS:  # built into the CUDA extension beside the steps
         from rosetta import cuda_build
@@ -79,5 +117,7 @@ def runner(subject, direction: str, inputs: tuple, out):
         return peers.runner(subject.backend, subject.op, direction, inputs), []
     if subject.name == "eager":
         return (lambda: (d.torch_eager(*inputs, out), out)[1]), []
+    if subject.name == "unfused":
+        return (lambda: (d.torch_unfused(*inputs, out), out)[1]), []
     fn = compiled(subject.op, direction)
     return (lambda: fn(*inputs)), []

@@ -71,11 +71,12 @@ def run(v: Step, direction: str, inputs: tuple):
     return torch_ops.op(v, direction)(*inputs)
 
 
-def launcher(v: Step, direction: str, inputs: tuple, out: torch.Tensor):
+def launcher(v: Step, direction: str, inputs: tuple, out: torch.Tensor, **overrides):
     """(launch, copied): `launch()` runs the step's kernel into `out`, allocating nothing; `copied`
-    names the inputs that broke the step's layout and were copied here, outside the launch."""
+    names the inputs that broke the step's layout and were copied here, outside the launch.
+    `overrides` go to a Triton step's launch() as keyword arguments (e.g. block=4)."""
     check_inputs(v, direction, inputs)
     views, copied = torch_ops.kernel_inputs(v, direction, inputs)
     raw = torch_ops.raw_launcher(v, direction)
     (out_view,) = SPECS[v.op].kernel_view(out)
-    return (lambda: raw(*views, out_view)), copied
+    return (lambda: raw(*views, out_view, **overrides)), copied

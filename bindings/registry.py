@@ -31,9 +31,10 @@ class Variant(Step):
         self.launcher(direction, inputs, out)[0]()
         return out
 
-    def launcher(self, direction: str, inputs: tuple, out):
-        """(launch, copied): checks and layout copies now, then launch() runs only the kernel."""
-        return dispatch.launcher(self, direction, inputs, out)
+    def launcher(self, direction: str, inputs: tuple, out, **overrides):
+        """(launch, copied): checks and layout copies now, then launch() runs only the kernel.
+        `overrides`: keyword arguments for a Triton step's launch() (a bench ablation tier)."""
+        return dispatch.launcher(self, direction, inputs, out, **overrides)
 
 
 _REGISTRY: tuple[Variant, ...] | None = None

@@ -78,11 +78,11 @@ def kernel(v: Step, direction: str):
 def on_tensors_device(fn):
     """Triton launches on the *current* device; the tensors may live on another (inputs on cuda:1
     while cuda:0 is current). The CUDA binding sets a device guard for the same reason."""
-    def launch(*tensors):
+    def launch(*tensors, **overrides):
         if tensors[0].device.type != "cuda":  # the interpreter, on CPU tensors
-            return fn(*tensors)
+            return fn(*tensors, **overrides)
         with torch.cuda.device(tensors[0].device):
-            return fn(*tensors)
+            return fn(*tensors, **overrides)
 
     return launch
 
@@ -94,9 +94,9 @@ def raw_launcher(v: Step, direction: str):
         return fn
     from torch._library.triton import set_wrap_triton_enabled
 
-    def plain(*args):
+    def plain(*args, **overrides):
         with set_wrap_triton_enabled(False):  # a plain launch: nothing is being traced
-            fn(*args)
+            fn(*args, **overrides)
 
     return plain
 

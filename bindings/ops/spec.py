@@ -45,6 +45,9 @@ class Direction:
     flops: Callable  # (shape) -> floating-point operations
     torch_eager: Callable  # (*inputs, out) -> None: the vendor-library tier, writing into out
     torch_expr: Callable  # (*inputs) -> result: what torch.compile compiles for its tier
+    # (*inputs, out) -> None: the op as separate torch ops, the way it is written without a fused
+    # kernel (the torch/unfused tier); None: no such tier in this direction
+    torch_unfused: Callable | None = None
     # extra gate inputs beyond randn: e.g. all-positive data for a sum, where a skipped block hides
     gate_inputs: Callable | None = None  # (shape, dtype, device, generator) -> inputs
 

@@ -35,9 +35,10 @@ def add_kernel(
     tl.store(out_ptr + offsets, x + y, mask=mask)
 
 
-def launch(x, y, out):
+def launch(x, y, out, block=BLOCK):
+    """`block`: the bench's ablation tier launches this step at block=4, all else as here."""
     n = out.numel()
     if n == 0:
         return
     # wrap_triton lets torch.compile trace the launch; eager calls go straight to the kernel.
-    wrap_triton(add_kernel)[(triton.cdiv(n, BLOCK),)](x, y, out, n, BLOCK=BLOCK, num_warps=4)
+    wrap_triton(add_kernel)[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block, num_warps=4)
