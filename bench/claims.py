@@ -360,8 +360,10 @@ def line_counts(rows) -> Claim:
             if not (cuda and triton and cuda.step in site_data.mirrored(triton)):
                 continue
             c, t = site_data.nloc(cuda).device_nloc, site_data.nloc(triton).device_nloc
-            if c == 0:  # its kernels live in a shared header, which no step is credited with
-                notes.append(f"{cuda.label}: 0 device NLOC in its own file, pair skipped")
+            # 0: its kernel lives elsewhere (a shared header, or an earlier step it imports), and no
+            # step is credited with those lines
+            if c == 0 or t == 0:
+                notes.append(f"{(cuda if c == 0 else triton).label}: 0 device NLOC in its own file, pair skipped")
                 continue
             pair = (("op", op), ("pair", f"{short(triton.label)} vs {short(cuda.label)}"))
             evidence.append(Evidence(pair, t / c, tuple(Source(v.label, "", "", "", f"{n} device NLOC")

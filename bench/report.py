@@ -12,7 +12,7 @@ import rosetta
 from rosetta.ops import SPECS
 from rosetta.registry import REPO
 
-from . import ceilings, environment, markers, results, tables
+from . import ceilings, claims, environment, markers, results, tables
 
 README = REPO / "README.md"
 
@@ -78,8 +78,6 @@ def readme_blocks(folder) -> dict:
     flush = folder / "flush.md"
     if flush.exists():
         blocks["flush"] = flush.read_text()
-    from . import claims  # imports the site's data helpers: only when the docs are written
-
     blocks["claims"] = ("Checked by the report's claims page (`make report`, then site/claims.html), "
                         "from the committed results:\n\n" + claims.markdown_summary(rows))
     sanitize = folder / "sanitize.md"

@@ -4,6 +4,7 @@ with both ladders and saves a screenshot (skipped only with ROSETTA_NO_BROWSER=1
 from __future__ import annotations
 
 import html
+import os
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -197,8 +198,6 @@ def test_browser_renders_step_titles(built, tmp_path):
     """Chromium loads every page: the DOM it builds has every step title, an op page has the CUDA
     ladder in the left column and the Triton ladder in the right, its links are the ones
     test_pages_are_well_formed_and_links_resolve resolved, and a 1400x1000 screenshot is not blank."""
-    import os
-
     if os.environ.get("ROSETTA_NO_BROWSER") == "1":
         pytest.skip("ROSETTA_NO_BROWSER=1: the headless-browser check is switched off")
     browser = _browser()

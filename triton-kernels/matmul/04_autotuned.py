@@ -19,10 +19,14 @@ Mirrors:  CUDA steps 07-08 (tile and pipeline tuning) and 09-11 for 16-bit input
 """
 import torch
 import triton
-import triton.language as tl
 from torch.library import wrap_triton
 
+from rosetta.registry import select
+from rosetta.torch_ops import triton_module
 from rosetta.triton_kernels.common import tuned
+
+# The kernel is step 3's, imported rather than copied: this step changes only how it is launched.
+matmul_grouped_kernel = triton_module(select("matmul", "triton", 3)).matmul_grouped_kernel
 
 
 def config(bm, bn, bk, group, warps, stages):
@@ -53,55 +57,10 @@ HALF_CONFIGS = tuned([config(*c) for c in [
 ]], INTERPRET_CONFIG)
 
 
-@triton.jit
-def matmul_autotuned_kernel(
-    a_ptr,  # A, M x K, any strides
-    b_ptr,  # B, K x N, any strides
-    out_ptr,  # out, M x N, contiguous, same dtype as A
-    M, N, K,
-    stride_am, stride_ak,  # A's strides in elements
-    stride_bk, stride_bn,  # B's strides in elements
-    stride_om,  # out's row stride (its column stride is 1)
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    # groups of GROUP_M row blocks; inside a group ids go down the rows first, then across
-    num_pid_in_group = GROUP_M * num_pid_n
-    first_pid_m = (pid // num_pid_in_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)  # the last group may be shorter
-    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
-    pid_n = (pid % num_pid_in_group) // group_size_m
-    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64: rows x stride > 2^31
-    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
-    row_ok = rows < M
-    col_ok = cols < N
-    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
-    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # K == 0: zero iterations, the zero accumulator is stored
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_ok = ks < K - k * BLOCK_K  # the last slice is partial when BLOCK_K does not divide K
-        # other=0.0 on both operands: a padded k adds 0 x 0, a padded row/col is never stored
-        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        # "ieee": fp32 operands stay fp32 (FFMA, no TF32); 16-bit operands still go to wgmma
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    out_ptrs = out_ptr + rows[:, None] * stride_om + cols[None, :]
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
-
-
-# the same kernel under two tuners; the tuner's cache key is (M, N, K) plus the dtypes of the
+# step 3's kernel under two tuners; the tuner's cache key is (M, N, K) plus the dtypes of the
 # tensor arguments, so fp16 and bf16 get their own choices from HALF_CONFIGS
-matmul_fp32_tuned = triton.autotune(configs=FP32_CONFIGS, key=["M", "N", "K"])(matmul_autotuned_kernel)
-matmul_half_tuned = triton.autotune(configs=HALF_CONFIGS, key=["M", "N", "K"])(matmul_autotuned_kernel)
+matmul_fp32_tuned = triton.autotune(configs=FP32_CONFIGS, key=["M", "N", "K"])(matmul_grouped_kernel)
+matmul_half_tuned = triton.autotune(configs=HALF_CONFIGS, key=["M", "N", "K"])(matmul_grouped_kernel)
 
 
 def launch(a, b, out):
