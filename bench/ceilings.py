@@ -89,7 +89,7 @@ def summary(limits: dict) -> str:
 
 def apply_to_rows(rows: list[dict], limits: dict, specs: dict) -> None:
     """Set each row's "% of measured ceiling" and "% of theoretical peak". The measured ceiling of a
-    group (op, direction, dtype, shape) is the best of the survey's probes and of the library
+    group (op, direction, dtype, shape, input layout) is the best of the survey's probes and of the library
     kernels measured on the same inputs in the same run (torch, CUB, Liger): a vendor kernel is a
     probe of that exact traffic, including what part of a small output stays dirty in L2 when the
     kernel ends, which the survey's 1 GB probes cannot see. A ceiling is a bound: where one of our
@@ -98,8 +98,8 @@ def apply_to_rows(rows: list[dict], limits: dict, specs: dict) -> None:
     "% of measured ceiling" passes 100."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["op"], r.get("direction"), r["dtype"], r["shape"]), []).append(r)
-    for (op, _, dtype, _), members in groups.items():
+        groups.setdefault((r["op"], r.get("direction"), r["dtype"], r["shape"], r.get("layout") or ""), []).append(r)
+    for (op, _, dtype, *_), members in groups.items():
         measured, theoretical = ceiling_for(limits, specs[op].ceiling, dtype)
         seen = [r["throughput"] for r in members if r.get("throughput")]
         ceiling = max([c for c in (measured, *seen) if c] or [None]) if measured or seen else None

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 COLUMNS = [
-    "op", "direction", "backend", "step", "name", "label", "dtype", "shape", "numel", "role", "status",
+    "op", "direction", "backend", "step", "name", "label", "dtype", "shape", "numel", "role", "layout", "status",
     "error", "p50_ms", "p20_ms", "p80_ms", "timing", "input_copy", "throughput", "metric",
     "pct_of_ceiling", "pct_of_theoretical", "speedup_vs_torch", "device_nloc", "device_tokens",
     "host_nloc", "git_sha",
 ]
-KEY = ("label", "direction", "dtype", "shape")
+KEY = ("label", "direction", "dtype", "shape", "layout")
 NUMERIC = {"step": int, "numel": int, "device_nloc": int, "device_tokens": int, "host_nloc": int,
            "error": float, "p50_ms": float, "p20_ms": float, "p80_ms": float,
            "throughput": float, "pct_of_ceiling": float, "pct_of_theoretical": float,
@@ -27,6 +27,7 @@ def read_rows(path: Path) -> list[dict]:
         rows = list(csv.DictReader(f))
     for row in rows:
         row["direction"] = row.get("direction") or "forward"  # files from before directions existed
+        row["layout"] = row.get("layout") or ""  # "": the inputs as make_inputs made them
         if "rel_error" in row:  # files from before the elementwise gate
             row["error"] = row.pop("rel_error")
         for col, kind in NUMERIC.items():

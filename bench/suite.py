@@ -30,13 +30,14 @@ class Group:
     direction: str
     dtype: torch.dtype
     shape: tuple
-    role: str  # "headline" (a ladder table) or "sweep" (throughput vs size)
+    role: str  # "headline" (a ladder table), "layout" (other input layouts) or "sweep" (vs size)
+    layout: str = ""  # role "layout": a key of the spec's input_layouts
 
 
 def plan(ops, quick: bool) -> list[Group]:
-    """Headline groups of every op x direction x (shape, dtype); then the sweeps. --quick: the
-    first headline shape in its first dtype, no sweep."""
-    headlines, sweeps = [], []
+    """Headline groups of every op x direction x (shape, dtype); then the other input layouts
+    (forward); then the sweeps. --quick: the first headline shape in its first dtype, no more."""
+    headlines, layouts, sweeps = [], [], []
     for op in ops:
         spec = SPECS[op]
         for direction in spec.directions():
@@ -47,16 +48,22 @@ def plan(ops, quick: bool) -> list[Group]:
                 headline_keys = {(h.shape, d) for h in spec.headlines for d in h.dtypes}
                 sweeps += [Group(op, direction, spec.sweep_dtype, s, "sweep") for s in spec.sweep
                            if (s, spec.sweep_dtype) not in headline_keys]
-    return headlines + sweeps  # every ladder table first: the sweeps only add points to plots
+        if not quick:
+            layouts += [Group(op, "forward", d, h.shape, "layout", name) for h in spec.layout_headlines
+                        for d in h.dtypes for name in spec.input_layouts]
+    return headlines + layouts + sweeps  # every ladder table first: the sweeps only add points to plots
 
 
 def subjects(op, backend=None, step=None, role="headline", dtype=None) -> list:
-    """Tiers, then the steps (all of them at a headline; the best of each backend in a sweep)."""
+    """Tiers, then the steps (all of them at a headline; the best of each backend in a sweep and
+    in another input layout, where the only tier is the library's: torch eager)."""
     found = [] if backend not in (None, "torch") else tiers(op)
+    if role == "layout":
+        found = [t for t in found if t.name == "eager"]
     if backend != "torch":
         for b in ([backend] if backend else rosetta.BACKENDS):
             ladder = rosetta.variants(op, b)
-            if role == "sweep" and step is None and ladder:
+            if role in ("sweep", "layout") and step is None and ladder:
                 ladder = [rosetta.best(op, b, dtype)] if any(dtype in v.dtypes for v in ladder) else []
             found += [v for v in ladder if step is None or v.step == step]
     return found
@@ -75,7 +82,8 @@ class Progress:
     def report(self, label: str, group: Group, text: str) -> None:
         self.done += 1
         elapsed = int(time.monotonic() - self.start)
-        what = f"{group.direction[:3]} {str(group.dtype).removeprefix('torch.')} {shape_str(group.shape)}"
+        what = f"{group.direction[:3]} {str(group.dtype).removeprefix('torch.')} {shape_str(group.shape)}" \
+            + (f" {group.layout}" if group.layout else "")
         print(f"[{self.done:4d}/{self.total} {elapsed // 60:2d}:{elapsed % 60:02d}] {label:40s} {what:32s} {text}",
               flush=True)
 
@@ -101,6 +109,8 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     spec = SPECS[group.op]
     d = spec.directions()[group.direction]
     inputs = d.make_inputs(group.shape, group.dtype, "cuda", gen)
+    if group.layout:  # the same values, stored another way (e.g. column-major for a.t())
+        inputs = spec.input_layouts[group.layout](*inputs)
     reference = d.reference(*inputs)
     gate = None
     if d.gate_inputs:  # a second data set the gate also checks (e.g. all-positive for a sum)
@@ -165,7 +175,8 @@ def base_row(subject, group: Group, dtype_name: str, sha: str) -> dict:
     row = dict.fromkeys(results.COLUMNS)  # every column present, measured or not
     row.update(op=group.op, direction=group.direction, backend=subject.backend, step=subject.step,
                name=subject.name, label=subject.label, dtype=dtype_name, shape=shape_str(group.shape),
-               numel=math.prod(group.shape), role=group.role, metric=SPECS[group.op].metric, git_sha=sha)
+               numel=math.prod(group.shape), role=group.role, layout=group.layout, metric=SPECS[group.op].metric,
+               git_sha=sha)
     if not isinstance(subject, Tier):
         count = lines.count(rosetta.registry.REPO / subject.source)
         row.update(device_nloc=count.device_nloc, device_tokens=count.device_tokens,

@@ -74,6 +74,39 @@ def all_ladder_tables(rows: list[dict], op: str, level: str = "####") -> str:
     return "\n".join(parts)
 
 
+def layout_table(rows: list[dict], op: str) -> str:
+    """The best step of each backend and the library on the spec's other input layouts: time per
+    layout and its ratio to the same subject's time on the default layout, measured in the same run
+    (a ratio near 1.00 means the layout costs nothing; an input the step copies says so)."""
+    spec = SPECS[op]
+    names = list(spec.input_layouts)
+    mine = [r for r in rows if r["op"] == op and r["role"] == "layout"]
+    if not mine:
+        return ""
+    out = ["| step | dtype | shape | default (us) | " + " | ".join(f"{n} (us, vs default)" for n in names) + " |",
+           "|---|---|---|--:|" + "--:|" * len(names)]
+    for h in spec.layout_headlines:
+        for d in h.dtypes:
+            dtype, shape = str(d).removeprefix("torch."), shape_name(h.shape)
+            here = sorted((r for r in mine if r["dtype"] == dtype and r["shape"] == shape), key=order_key)
+            for label in dict.fromkeys(r["label"] for r in here):
+                base = next((r for r in rows if r["label"] == label and r["role"] == "headline"
+                             and r["direction"] == "forward" and r["dtype"] == dtype and r["shape"] == shape), None)
+                base_ms = base["p50_ms"] if base and base["status"] == "ok" else None
+                cells = []
+                for n in names:
+                    r = next((r for r in here if r["label"] == label and r["layout"] == n), None)
+                    if r is None or r["status"] != "ok":
+                        cells.append(r["status"] if r else "")
+                        continue
+                    ratio = f", {r['p50_ms'] / base_ms:.2f}x" if base_ms else ""
+                    copy = f", copied {r['input_copy']}" if r.get("input_copy") else ""
+                    cells.append(f"{r['p50_ms'] * 1e3:.1f}{ratio}{copy}")
+                default = f"{base_ms * 1e3:.1f}" if base_ms else ""
+                out.append(f"| {label.split('/', 1)[1]} | {dtype} | {shape} | {default} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def lines_table(op: str) -> str:
     """Device and host NLOC per step (counted from the sources now) and the Triton-vs-CUDA totals."""
     import rosetta
@@ -111,6 +144,11 @@ def op_tables(rows, op, folder, level="####") -> str:
             parts += [f"{level} {title(op, direction, shape, dtype, note)}", "",
                       ladder_table(rows, op, direction, shape, dtype),
                       f"![{op} {direction} {dtype} {shape}]({rel}/plots/{plot_name(op, direction, shape, dtype)})", ""]
+    layouts = layout_table(rows, op)
+    if layouts:
+        parts += [f"{level} {op}: other input layouts (forward, best step of each backend)", "",
+                  "Each input holds the same values as in the ladder tables, stored another way: `a.t()` "
+                  "is a column-major A, as a transposed view of a row-major (K, M) tensor is.", "", layouts]
     for direction in SPECS[op].directions():
         sweep = folder / "plots" / plot_name(op, direction, kind="sweep")
         if sweep.exists():

@@ -1,6 +1,8 @@
 """Every registered step on the GPU: each dtype it declares x the spec's test shapes (chosen to
 break tiling) x each direction, against fp64 references; strided inputs; autograd,
 torch.compile and opcheck over the registered torch ops."""
+import threading
+
 import pytest
 import torch
 
@@ -63,6 +65,30 @@ def test_public_path_fills_a_recycled_nan_block(gen, v):
     torch.full((size,), float("nan"), dtype=v.dtypes[0] if v.op != "reduce_sum" else torch.float32,
                device=GPU)  # freed at once: the next allocation of this size reuses it
     assert_matches_reference(v, inputs, v(*inputs))
+
+
+@pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
+def test_first_cuda_call_of_a_new_thread(gen, v):
+    """torch's autograd worker runs backward kernels on a thread of its own, whose first CUDA call
+    may be a step's: a thread with no context bound yet (a driver call such as the TMA steps'
+    tensor-map encoding fails there unless the step binds one) must still get the right answer."""
+    inputs = first_fitting_shape(v, v.dtypes[0], gen)
+    torch.cuda.synchronize()
+    got = {}
+
+    def body():
+        try:
+            got["out"] = v(*inputs)
+            torch.cuda.synchronize()
+        except Exception as exc:  # re-raised on the test's thread
+            got["error"] = exc
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    if "error" in got:
+        raise got["error"]
+    assert_matches_reference(v, inputs, got["out"])
 
 
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)

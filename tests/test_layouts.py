@@ -8,7 +8,7 @@ import rosetta
 from rosetta.ops.matmul import address, tma_unaligned
 from rosetta.ops.spec import fits_layout
 from rosetta.torch_ops import kernel_inputs
-from rosetta.triton_kernels.tma import check_tma
+from rosetta.triton_kernels.tma import check_tma, is_column_major
 
 M, K, N = 24, 16, 32
 CASES = {  # name: (tensor, fits rows, fits rows_or_cols)
@@ -57,3 +57,20 @@ def test_addresses_are_read_safely_while_tracing():
         b = mode.from_tensor(torch.ones(K, N, dtype=torch.bfloat16))
         assert tma_unaligned(fake, b) == 0
         check_tma(6, fake, b, mode.from_tensor(torch.ones(M, N, dtype=torch.bfloat16)))  # no raise
+
+
+def test_triton_tma_step_reads_transposed_operands_in_place():
+    """Triton step 6 describes a column-major operand as the row-major matrix it is in memory, so
+    a.t() and b.t() reach the kernel as they are; the output must still be row-major."""
+    step = rosetta.registry.select("matmul", "triton", 6)
+    assert step.layout == "rows_or_cols"
+    a = torch.ones(K, M, dtype=torch.bfloat16).t()
+    b = torch.ones(N, K, dtype=torch.bfloat16).t()
+    (ka, kb), copied = kernel_inputs(step, "forward", (a, b))
+    assert copied == [] and ka.stride() == (1, M) and kb.stride() == (1, K)
+    assert is_column_major(ka) and is_column_major(kb)
+    check_tma(6, ka, kb, torch.ones(M, N, dtype=torch.bfloat16), columns=True)  # no raise
+    with pytest.raises(ValueError, match="out with a 16-byte aligned base, a unit column stride"):
+        check_tma(6, ka, kb, torch.ones(N, M, dtype=torch.bfloat16).t(), columns=True)
+    with pytest.raises(ValueError, match="a with a 16-byte aligned base, a unit column stride"):
+        check_tma(5, ka, kb, torch.ones(M, N, dtype=torch.bfloat16))  # step 5 takes rows only

@@ -6,14 +6,23 @@ import triton
 from rosetta.ops.matmul import address
 
 
-def check_tma(step, a, b, out):
-    """TMA's rules for a global tensor: 16-byte aligned base, unit last stride, row stride a
-    multiple of 16 bytes. Raised before any launch; step 4 takes any strides."""
+def is_column_major(t) -> bool:
+    """A 2-D matrix whose rows are adjacent in memory (e.g. x.t() of a contiguous x), read the way
+    the dispatcher's `rows_or_cols` layout and `tma_unaligned` read it."""
+    return t.stride(0) == 1 and t.stride(1) != 1
+
+
+def check_tma(step, a, b, out, columns=False):
+    """TMA's rules for a global tensor: 16-byte aligned base, unit last stride, leading stride a
+    multiple of 16 bytes. `columns`: a and b may also be column-major (the unit stride first).
+    Raised before any launch; step 4 takes any strides."""
     for name, t in (("a", a), ("b", b), ("out", out)):
-        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or address(t) % 16:
+        lead = 1 if columns and name != "out" and is_column_major(t) else 0
+        if t.stride(1 - lead) != 1 or (t.stride(lead) * t.element_size()) % 16 or address(t) % 16:
+            layout = "row- or column-major" if columns and name != "out" else "a unit column stride"
             raise ValueError(
                 f"matmul step {step} loads through TMA and needs {name} with a 16-byte aligned base, "
-                f"unit column stride and a row stride that is a multiple of 16 bytes (for 16-bit "
+                f"{layout} and a leading stride that is a multiple of 16 bytes (for 16-bit "
                 f"types: K and N multiples of 8); got {name} of shape {tuple(t.shape)}, strides "
                 f"{t.stride()}, address % 16 = {address(t) % 16}. Step 4 takes any strides.")
 

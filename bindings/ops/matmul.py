@@ -60,6 +60,19 @@ def tma_unaligned(*operands) -> int:
     return bad
 
 
+def column_major(t: torch.Tensor) -> torch.Tensor:
+    """t's values stored column by column: what t.t() of a row-major matrix is, e.g. a weight
+    kept as (out, in) and multiplied as W.t()."""
+    return t.t().contiguous().t()
+
+
+INPUT_LAYOUTS = {
+    "a.t()": lambda a, b: (column_major(a), b),
+    "b.t()": lambda a, b: (a, column_major(b)),
+    "a.t(), b.t()": lambda a, b: (column_major(a), column_major(b)),
+}
+
+
 def autograd_setup(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
@@ -123,4 +136,6 @@ SPEC = OpSpec(
     ),
     slow_call_ms=150.0,
     bounds={"tma_unaligned": tma_unaligned},
+    input_layouts=INPUT_LAYOUTS,
+    layout_headlines=(Headline((4096, 4096, 4096), HALF), Headline((8192, 8192, 8192), HALF)),
 )

@@ -112,6 +112,10 @@ class OpSpec:
     # A step whose first call takes longer than this at a headline shape is timed only at the
     # shapes where it is quicker (the table says so): the naive matmul at 8192^3 takes seconds.
     slow_call_ms: float = 200.0
+    # Other input layouts the bench times the best step of each backend on, beside the library
+    # tier: name -> (*inputs) -> the same values in that layout (e.g. "a.t()"), at these shapes
+    input_layouts: dict = field(default_factory=dict)
+    layout_headlines: tuple[Headline, ...] = ()
 
     def directions(self) -> dict[str, Direction]:
         return {"forward": self.forward, **({"backward": self.backward} if self.backward else {})}

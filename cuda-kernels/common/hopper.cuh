@@ -31,6 +31,12 @@ cudaError_t tc_matmul_launch(const MatmulArgs& p, cudaStream_t stream, Launch&& 
   const int64_t M = p.a.size[0], K = p.a.size[1], N = p.b.size[1];
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return cudaErrorInvalidValue;
   if (M == 0 || N == 0) return cudaSuccess;
+  // cuTensorMapEncodeTiled is a driver call and fails in a thread with no current context. torch's
+  // autograd worker thread can arrive here before any runtime call has bound one (torch skips
+  // cudaSetDevice when the device index already matches), so bind the device's primary context.
+  int device = 0;
+  cudaGetDevice(&device);
+  cudaSetDevice(device);
   cudaError_t status = cudaSuccess;
   const cudaError_t launched = dispatch_dtype(p.a.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -416,9 +422,11 @@ __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* sr
                ::"l"(map), "r"(c0), "r"(c1), "r"(smem_u32(src)) : "memory");
 }
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// The committed stores have finished reading shared memory (it may be overwritten).
+// All but the kPending most recently committed store groups have finished reading shared memory
+// (their source may be overwritten).
+template <int kPending = 0>
 __device__ __forceinline__ void tma_store_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
 }
 // The committed stores are complete.
 __device__ __forceinline__ void tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }

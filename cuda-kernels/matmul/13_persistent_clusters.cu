@@ -7,20 +7,29 @@ Changed:  step 12's warp-specialized block, made persistent: the grid is as many
           multicasts it to both (cp.async.bulk.tensor .multicast::cluster), and a stage is
           refilled only when the consumers of both CTAs have released it (remote mbarrier
           arrivals). The epilogue writes bf16/fp16 into 128-byte-swizzled shared memory and
-          hands it to the copy engine (cp.async.bulk.tensor store, UTMASTG), while the producer
-          is already filling the stages with the next tile. kBN is 256 or 192, whichever makes
-          waves of cluster tiles x tile width smaller (3000^3: 3 waves either way, so 192).
+          hands it to the copy engine (cp.async.bulk.tensor store, UTMASTG) one 64 x 64 box at a
+          time through two buffers (box j is converted while box j - 1 is stored), while the
+          producer is already filling the stages with the next tile. Staging two boxes instead
+          of the whole tile frees 32 KB: enough for a 4th 48 KB stage at kBN = 256. kBN is 256
+          or 192, whichever makes waves of cluster tiles x tile width smaller (3000^3: 3 waves
+          either way, so 192).
 Why:      step 12 paid, per 128 x 256 tile, a pipeline fill and an epilogue with the tensor
           cores idle, and every block read its B tile from L2 alone. Now the next tile's loads
           overlap this tile's epilogue; L2 -> SM traffic per k-tile and CTA drops from 48 KB to
           16 + 16 KB (A own, half of B): 128 * 256 / (128 + 128) = 128 flop/B. Stores leave
-          as whole 128-byte rows.
+          as whole 128-byte rows. The 4th stage matters because a stage is refilled only when
+          both CTAs of the pair released it, so either CTA's hiccup stalls the other: 3 stages
+          of 128 x 256 measured 190 us at 4096^3 in development, 4 stages 183-185 us.
 Still:    the two consumer warpgroups do their epilogues together, so the tensor cores idle
           while they convert and store (ping-pong consumers would overlap one's epilogue with
           the other's MMAs); the tile shape is picked per problem from two, without stream-K
           for the last partial wave. Rows whose byte pitch is not a multiple of 128 (K or N =
-          3000: 6000 B) make every 128-byte box row straddle two L2 lines, which roughly halves
-          the copy engine's rate (3000^3 ran at ~55% of 3072^3 in development).
+          3000: 6000 B) make most 128-byte box rows straddle two L2 lines. Measured in
+          development (bf16): 3000^3 takes 111 us with 6000-byte rows and 81 us (cuBLAS's
+          speed) when the same matrices sit in rows padded to 3008 elements; A's pitch costs
+          more than B's (A alone padded: 88 us, B alone: 100 us), and 256-wide tiles, which
+          issue fewer box rows per flop, are slower (119 us): the copy engine's rate on
+          straddling rows, not the number of rows, is what limits.
 Limits:   as step 11: each of A and B needs one unit stride and the copy engine's alignment
           (16-byte aligned base, the other stride a multiple of 8 elements); other inputs return
           cudaErrorInvalidValue (step 10 takes them). Outputs whose rows are not 16-byte
@@ -43,15 +52,17 @@ constexpr int kGroupM = 8;  // cluster rows (of 2 tiles) per group of the persis
 static_assert(kBK * 2 == 128, "one k-tile row is exactly one 128-byte swizzle row");
 static_assert(kBM == 64 * kConsumers, "one m64 wgmma row block per consumer warpgroup");
 
-// Shared memory for a kBN-wide tile: kStages stages of A (128 x 64) and B (kBN x 64), the output
-// staging tile (128 x kBN, as kBN / 64 swizzled 64 x 64 boxes per consumer), barriers, slack
-// for 1024-byte alignment. 256: 3 x 48 + 64 KB; 192: 4 x 40 + 48 KB; both ~209 KB of 227.
+// Shared memory for a kBN-wide tile: 4 stages of A (128 x 64) and B (kBN x 64), the output
+// staging (two swizzled 64 x 64 boxes per consumer, written and stored in turn), barriers, slack
+// for 1024-byte alignment. 256: 4 x 48 + 32 KB = 225 KB of 227; 192: 4 x 40 + 32 KB = 193 KB
+// (a 5th 40 KB stage would need 233).
 template <int kBN>
 struct Config {
-  static constexpr int kStages = kBN == 256 ? 3 : 4;
+  static constexpr int kStages = 4;
   static constexpr int kBytesA = kBM * kBK * 2, kBytesB = kBN * kBK * 2;
   static constexpr int kStageBytes = kBytesA + kBytesB;
-  static constexpr int kOutBytes = kBM * kBN * 2;
+  static constexpr int kBoxBytes = 64 * 64 * 2;  // one consumer's 64 rows x 64 columns of output
+  static constexpr int kOutBytes = kConsumers * 2 * kBoxBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 2 * kStages * 8 + 1024;
   static_assert(kBN % 64 == 0 && (kBN / kCluster) % 8 == 0, "multicast halves of whole 8-row groups");
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one block");
@@ -110,7 +121,8 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1)
     sm90::set_max_registers<kConsumerRegs>();
     const int row0 = 64 * (wg - 1);
     const bool leader = threadIdx.x % 128 == 0;  // issues the TMA stores
-    unsigned char* const my_staging = staging + (wg - 1) * (C::kOutBytes / kConsumers);
+    unsigned char* const my_staging = staging + (wg - 1) * 2 * C::kBoxBytes;
+    int boxes = 0;  // output boxes this warpgroup has stored: box i is staged in buffer i % 2
     // A stage is free once both warpgroups of both CTAs have arrived (empty's count is 4): lane c
     // of the warpgroup signals CTA c, so the arrivals go out in parallel.
     auto release = [&](int s) {
@@ -142,28 +154,32 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1)
         sm90::store_accumulators<T, kBN>(d, out, M, N, m0, n0, pairs);
         continue;
       }
-      // The previous tile's TMA store must have read the staging tile before it is rewritten.
-      if (leader) sm90::tma_store_wait_read();
-      sm90::named_barrier(wg, 128);
-      // Box j (columns 64j ..) row r at j * 8192 + r * 128, 16-byte chunk XOR r % 8: the layout
-      // CU_TENSOR_MAP_SWIZZLE_128B reads. A warp's 4-byte stores (8 rows x 4 column pairs of one
-      // chunk) then hit 8 different chunks of 8 lines: all 32 banks, no conflict.
+      // Box j (columns 64j .. 64j + 63 of the warpgroup's 64 rows): row r at r * 128, 16-byte chunk
+      // XOR r % 8: the layout CU_TENSOR_MAP_SWIZZLE_128B reads. A warp's 4-byte stores (8 rows x
+      // 4 column pairs of one chunk) then hit 8 different chunks of 8 lines: all 32 banks, no
+      // conflict. Two buffers: box j is written while box j - 1 is stored.
       const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
 #pragma unroll
-      for (int c = 0; c < kBN / 8; ++c) {
+      for (int j = 0; j < kBN / 64; ++j, ++boxes) {
+        unsigned char* const box = my_staging + (boxes % 2) * C::kBoxBytes;
+        if (leader) sm90::tma_store_wait_read<1>();  // the store that last read this buffer is done
+        sm90::named_barrier(wg, 128);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 16 * warp + lane / 4 + 8 * h;
-          const T v[2] = {rosetta::from_float<T>(d[4 * c + 2 * h]), rosetta::from_float<T>(d[4 * c + 2 * h + 1])};
-          unsigned char* p = my_staging + (c / 8) * 8192 + r * 128 + ((c % 8) ^ (r % 8)) * 16 + (lane % 4) * 4;
-          *reinterpret_cast<uint32_t*>(p) = *reinterpret_cast<const uint32_t*>(v);
+        for (int c = 0; c < 8; ++c) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + lane / 4 + 8 * h, i = 4 * (8 * j + c) + 2 * h;
+            const T v[2] = {rosetta::from_float<T>(d[i]), rosetta::from_float<T>(d[i + 1])};
+            unsigned char* p = box + r * 128 + (c ^ (r % 8)) * 16 + (lane % 4) * 4;
+            *reinterpret_cast<uint32_t*>(p) = *reinterpret_cast<const uint32_t*>(v);
+          }
         }
-      }
-      sm90::fence_proxy_async_shared();
-      sm90::named_barrier(wg, 128);
-      if (leader) {
-        for (int j = 0; j < kBN / 64; ++j) sm90::tma_store(&map_out, my_staging + j * 8192, n0 + 64 * j, m0);
-        sm90::tma_store_commit();
+        sm90::fence_proxy_async_shared();
+        sm90::named_barrier(wg, 128);
+        if (leader) {
+          sm90::tma_store(&map_out, box, n0 + 64 * j, m0);
+          sm90::tma_store_commit();
+        }
       }
     }
     if (leader) sm90::tma_store_wait();

@@ -26,17 +26,22 @@ Still:    both consumer warpgroups work on the same tile and reach the epilogue 
           num_stages = 5 gave wrong results (unwritten and garbage tiles) on the H100 with
           Triton 3.6 at 128 x 128 and 128 x 64 tiles: the list stays at 3-4 stages, each config
           checked against cuBLAS on 4096^3, 8192^3, 5120 x 1536 x 3072 and an edge shape.
-Limits:   as step 5: 16-byte aligned bases and rows (16-bit K and N multiples of 8), else
-          ValueError naming step 4. K = 0 writes zeros without a launch.
+          Transposed inputs cost nothing extra: a column-major A (a.t() of a row-major K x M) is
+          described as what it is in memory, a row-major K x M, loaded as BLOCK_K x BLOCK_M boxes
+          and handed to tl.dot as `.T`; wgmma reads either major-ness of 16-bit operands from
+          shared memory, so no shuffle is compiled (likewise B). Two constexpr flags pick the
+          variant, one compilation per layout pair, as CUDA step 13's template majors.
+Limits:   as step 5: 16-byte aligned bases and leading strides (16-bit: multiples of 8 elements),
+          else ValueError naming step 4. K = 0 writes zeros without a launch.
 Dtypes:   bfloat16, float16
-Layout:   rows
+Layout:   rows_or_cols
 Max:      tma_unaligned <= 0
 Mirrors:  CUDA step 12 (warp-specialized producer/consumer), persistent as step 13
 """
 import triton
 import triton.language as tl
 from rosetta.triton_kernels.common import sm_count, tuned
-from rosetta.triton_kernels.tma import check_tma, set_descriptor_allocator
+from rosetta.triton_kernels.tma import check_tma, is_column_major, set_descriptor_allocator
 from torch.library import wrap_triton
 
 
@@ -67,14 +72,16 @@ def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
-@triton.autotune(configs=CONFIGS, key=["M", "N", "K"])
+@triton.autotune(configs=CONFIGS, key=["M", "N", "K", "A_COLS", "B_COLS"])
 @triton.jit
 def matmul_warp_specialized_kernel(
-    a_ptr,  # A, M x K, unit column stride, rows 16-byte aligned
-    b_ptr,  # B, K x N, unit column stride, rows 16-byte aligned
+    a_ptr,  # A, M x K, row- or column-major, leading stride 16-byte aligned
+    b_ptr,  # B, K x N, row- or column-major, leading stride 16-byte aligned
     out_ptr,  # out, M x N, contiguous
     M, N, K,
-    stride_am, stride_bk, stride_om,  # row strides in elements (the column strides are 1)
+    lda, ldb, stride_om,  # leading strides in elements (the other stride is 1)
+    A_COLS: tl.constexpr,  # A is column-major: memory holds A^T, K x M row-major
+    B_COLS: tl.constexpr,  # B is column-major: memory holds B^T, N x K row-major
     NUM_SMS: tl.constexpr,  # grid size: one program per SM
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -84,10 +91,16 @@ def matmul_warp_specialized_kernel(
     dtype = out_ptr.dtype.element_ty
     # descriptors are built on the device into a 128-byte global scratch (triton.set_allocator);
     # TMA coordinates are per-dimension element indices, so no 64-bit offset arithmetic is needed
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
-                                       block_shape=[BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
-                                       block_shape=[BLOCK_K, BLOCK_N])
+    # a descriptor describes the operand as it lies in memory (the box's last dimension is the
+    # unit-stride one); a transposed operand is loaded transposed and flipped with .T for tl.dot
+    if A_COLS:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[lda, 1], block_shape=[BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[lda, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_COLS:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[ldb, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[ldb, 1], block_shape=[BLOCK_K, BLOCK_N])
     c_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[stride_om, 1],
                                        block_shape=[BLOCK_M, BLOCK_N])
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -103,8 +116,14 @@ def matmul_warp_specialized_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_tiles):
             # rows past M, columns past N and k past K arrive as zeros (TMA's out-of-bounds fill)
-            a = a_desc.load([off_m, ki * BLOCK_K])
-            b = b_desc.load([ki * BLOCK_K, off_n])
+            if A_COLS:
+                a = a_desc.load([ki * BLOCK_K, off_m]).T
+            else:
+                a = a_desc.load([off_m, ki * BLOCK_K])
+            if B_COLS:
+                b = b_desc.load([off_n, ki * BLOCK_K]).T
+            else:
+                b = b_desc.load([ki * BLOCK_K, off_n])
             acc = tl.dot(a, b, acc)
         c_desc.store([off_m, off_n], acc.to(dtype))  # out-of-bounds parts are clipped
 
@@ -117,9 +136,11 @@ def launch(a, b, out):
     if K == 0:
         out.zero_()  # an empty sum; a descriptor with a zero extent is not valid TMA state
         return
-    check_tma(6, a, b, out)
+    check_tma(6, a, b, out, columns=True)
     set_descriptor_allocator(a.device)
     num_sms = sm_count(a.device)
+    a_cols, b_cols = is_column_major(a), is_column_major(b)
     grid = lambda meta: (min(num_sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
     wrap_triton(matmul_warp_specialized_kernel)[grid](
-        a, b, out, M, N, K, a.stride(0), b.stride(0), out.stride(0), NUM_SMS=num_sms)
+        a, b, out, M, N, K, a.stride(1 if a_cols else 0), b.stride(1 if b_cols else 0), out.stride(0),
+        A_COLS=a_cols, B_COLS=b_cols, NUM_SMS=num_sms)
