@@ -5,10 +5,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import rosetta
-from rosetta.ops.matmul import address, tma_unaligned
+from rosetta.ops.matmul import address, is_column_major, tma_unaligned
 from rosetta.ops.spec import fits_layout
 from rosetta.torch_ops import kernel_inputs
-from rosetta.triton_kernels.tma import check_tma, is_column_major
+from rosetta.triton_kernels.tma import check_tma
 
 M, K, N = 24, 16, 32
 CASES = {  # name: (tensor, fits rows, fits rows_or_cols)

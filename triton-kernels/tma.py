@@ -3,13 +3,7 @@ engine): shared by the matmul steps that use device-side tensor descriptors."""
 import torch
 import triton
 
-from rosetta.ops.matmul import address
-
-
-def is_column_major(t) -> bool:
-    """A 2-D matrix whose rows are adjacent in memory (e.g. x.t() of a contiguous x), read the way
-    the dispatcher's `rows_or_cols` layout and `tma_unaligned` read it."""
-    return t.stride(0) == 1 and t.stride(1) != 1
+from rosetta.ops.matmul import address, is_column_major
 
 
 def check_tma(step, a, b, out, columns=False):

@@ -44,6 +44,12 @@ def address(t: torch.Tensor) -> int:
         return 0
 
 
+def is_column_major(t: torch.Tensor) -> bool:
+    """A 2-D matrix whose rows are adjacent in memory (e.g. x.t() of a contiguous x): its leading
+    stride is the second one. A matrix with a unit last stride reads as row-major."""
+    return t.stride(0) == 1 and t.stride(1) != 1
+
+
 def tma_unaligned(*operands) -> int:
     """Operands the Hopper bulk-tensor copy (TMA) cannot read: it needs one unit stride, the other
     stride a multiple of 16 bytes and a 16-byte-aligned start. An operand that is neither row- nor
@@ -53,7 +59,7 @@ def tma_unaligned(*operands) -> int:
         if t.numel() == 0:
             continue
         if fits_layout(t, "rows_or_cols"):
-            other, start = (t.stride(0) if t.stride(-1) == 1 else t.stride(1)), address(t)
+            other, start = t.stride(1 if is_column_major(t) else 0), address(t)
         else:
             other, start = t.shape[1], 0
         bad += (other * t.element_size()) % 16 != 0 or start % 16 != 0

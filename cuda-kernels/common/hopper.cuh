@@ -31,12 +31,6 @@ cudaError_t tc_matmul_launch(const MatmulArgs& p, cudaStream_t stream, Launch&& 
   const int64_t M = p.a.size[0], K = p.a.size[1], N = p.b.size[1];
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return cudaErrorInvalidValue;
   if (M == 0 || N == 0) return cudaSuccess;
-  // cuTensorMapEncodeTiled is a driver call and fails in a thread with no current context. torch's
-  // autograd worker thread can arrive here before any runtime call has bound one (torch skips
-  // cudaSetDevice when the device index already matches), so bind the device's primary context.
-  int device = 0;
-  cudaGetDevice(&device);
-  cudaSetDevice(device);
   cudaError_t status = cudaSuccess;
   const cudaError_t launched = dispatch_dtype(p.a.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -79,6 +73,12 @@ bool encode_map(CUtensorMap& map, const void* data, int64_t inner, int64_t outer
   // single row's stride is never used, so any legal value stands in for it.
   if (outer == 1) row_stride = (inner + 7) / 8 * 8;
   if (!encode || !aligned16(data) || (row_stride * int64_t(sizeof(T))) % 16 != 0) return false;
+  // A driver call: it fails in a thread with no current context. torch's autograd worker thread
+  // can get here before any runtime call has bound one (torch skips cudaSetDevice when the device
+  // index already matches), so bind the current device's primary context first.
+  int device = 0;
+  cudaGetDevice(&device);
+  cudaSetDevice(device);
   const cuuint64_t dims[2] = {cuuint64_t(inner), cuuint64_t(outer)};
   const cuuint64_t strides[1] = {cuuint64_t(row_stride * int64_t(sizeof(T)))};
   const cuuint32_t box[2] = {cuuint32_t(box_inner), cuuint32_t(box_outer)};

@@ -40,8 +40,9 @@ Mirrors:  CUDA step 12 (warp-specialized producer/consumer), persistent as step 
 """
 import triton
 import triton.language as tl
+from rosetta.ops.matmul import is_column_major
 from rosetta.triton_kernels.common import sm_count, tuned
-from rosetta.triton_kernels.tma import check_tma, is_column_major, set_descriptor_allocator
+from rosetta.triton_kernels.tma import check_tma, set_descriptor_allocator
 from torch.library import wrap_triton
 
 
