@@ -46,9 +46,9 @@ constexpr int kMaxCluster = 16;   // with cudaFuncAttributeNonPortableClusterSiz
 template <typename T> constexpr int kSliceMax = kThreads * kVecs * sm::kVec<T>;  // elements a CTA holds
 
 // A CTA's slice of a row in registers, as loaded: thread t holds vectors t, t + 512, ... of the
-// slice (coalesced), `fill` past its end. The slice is whole 16-byte vectors from an aligned
-// start (the host checks), so each vector is simply in or out: no element-wise tail path, whose
-// registers would spill at 64 a thread.
+// slice (coalesced), `fill` past its `len` elements. The slice is whole 16-byte vectors from
+// an aligned start (the host checks), so each vector is simply in or out: no element-wise tail
+// path, whose registers would spill at 64 a thread.
 template <typename T>
 struct Slice {
   Vec16<T> v[kVecs];
@@ -126,9 +126,9 @@ softmax_cluster_registers(const T* __restrict__ x, int64_t x_stride, T* __restri
   const int rank = int(cluster.block_rank()), ranks = int(cluster.num_blocks());
   open_inbox<sm::Online>(&full, ranks);
   const int64_t row = blockIdx.x / ranks;  // one row per cluster; the host offsets x and out
-  const int begin = rank * slice, len = max(0, min(slice, cols - begin));
+  const int begin = rank * slice;  // cols == ranks * slice: every slice is full (the host checks)
   Slice<T> s;
-  s.load(x + row * x_stride + begin, len, -INFINITY);  // -inf: adds nothing to the max or sum
+  s.load(x + row * x_stride + begin, slice, -INFINITY);  // -inf: adds nothing to the max or sum
   sm::Online t = sm::Online::empty();
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) t.add(s.v[i]);
@@ -145,7 +145,7 @@ softmax_cluster_registers(const T* __restrict__ x, int64_t x_stride, T* __restri
 #pragma unroll
     for (int k = 0; k < V; ++k) s.v[i].set(k, __expf(in.get(k) - r.m) * inv);  // r.m = -inf: NaN, as torch
   }
-  s.store(out + row * cols + begin, len);
+  s.store(out + row * cols + begin, slice);
 }
 
 template <typename T>
@@ -159,10 +159,10 @@ backward_cluster_registers(const T* __restrict__ y, int64_t y_stride, const T* _
   const int rank = int(cluster.block_rank()), ranks = int(cluster.num_blocks());
   open_inbox<float>(&full, ranks);
   const int64_t row = blockIdx.x / ranks;
-  const int begin = rank * slice, len = max(0, min(slice, cols - begin));
+  const int begin = rank * slice;
   Slice<T> sy, sg;
-  sy.load(y + row * y_stride + begin, len, 0.0f);  // 0 past the end: 0 * 0 adds nothing
-  sg.load(dy + row * dy_stride + begin, len, 0.0f);
+  sy.load(y + row * y_stride + begin, slice, 0.0f);  // 0 past the end: 0 * 0 adds nothing
+  sg.load(dy + row * dy_stride + begin, slice, 0.0f);
   float dot = 0.0f;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i)
@@ -178,7 +178,7 @@ backward_cluster_registers(const T* __restrict__ y, int64_t y_stride, const T* _
 #pragma unroll
     for (int k = 0; k < V; ++k) sg.v[i].set(k, a.get(k) * (b.get(k) - total));
   }
-  sg.store(dx + row * cols + begin, len);
+  sg.store(dx + row * cols + begin, slice);
 }
 
 // A cluster of ceil(cols / 64 KB-worth) CTAs per row, slices balanced to whole vectors; grids of
@@ -240,7 +240,8 @@ cudaError_t softmax_07_cluster_registers(const rosetta::SoftmaxArgs& a, cudaStre
     const bool aligned = rows_aligned(x, xs) && rows_aligned(out, cols);
     const bool fits = launch_clusters<T>(rows, cols, aligned, stream, status,
                                          [&](cudaLaunchConfig_t& c, int64_t first, int ranks, int slice) {
-      return launch_kernel(c, ranks, softmax_cluster_registers<T>, x + first * xs, xs, out + first * cols, int(cols), slice);
+      return launch_kernel(c, ranks, softmax_cluster_registers<T>, x + first * xs, xs, out + first * cols, int(cols),
+                           slice);
     });
     if (!fits) sm::launch_online(x, xs, out, rows, cols, stream);  // 2 reads + 1 write
   });
@@ -261,8 +262,8 @@ cudaError_t softmax_07_cluster_registers_backward(const rosetta::SoftmaxBackward
     const bool aligned = rows_aligned(y, ys) && rows_aligned(dy, gs) && rows_aligned(dx, cols);
     const bool fits = launch_clusters<T>(rows, cols, aligned, stream, status,
                                          [&](cudaLaunchConfig_t& c, int64_t first, int ranks, int slice) {
-      return launch_kernel(c, ranks, backward_cluster_registers<T>, y + first * ys, ys, dy + first * gs, gs, dx + first * cols, int(cols),
-                           slice);
+      return launch_kernel(c, ranks, backward_cluster_registers<T>, y + first * ys, ys, dy + first * gs, gs,
+                           dx + first * cols, int(cols), slice);
     });
     if (!fits) sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // 4 reads + 1 write
   });
