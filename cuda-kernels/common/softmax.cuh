@@ -294,9 +294,10 @@ softmax_warp_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out,
   }
 }
 
-// At most 64 registers (1,024 / kThreads blocks per SM): two rows in flight per SM at 512 threads.
-template <typename T, int kThreads, int kElems>
-__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+// kMinBlocks blocks per SM caps the registers at 65,536 / (kMinBlocks x kThreads): the tables below
+// say why each tile has its cap.
+template <typename T, int kThreads, int kElems, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
 softmax_block_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int64_t cols) {
   __shared__ float scratch[kThreads / 32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -328,8 +329,8 @@ backward_warp_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict
   }
 }
 
-template <typename T, int kThreads, int kElems>
-__global__ void __launch_bounds__(kThreads)
+template <typename T, int kThreads, int kElems, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
 backward_block_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
                    T* __restrict__ dx, int64_t rows, int64_t cols) {
   __shared__ float scratch[kThreads / 32];
@@ -345,26 +346,55 @@ backward_block_row(const T* __restrict__ y, int64_t y_stride, const T* __restric
   }
 }
 
-// The register tiles, smallest that holds the row (kElems <= 32 fp32 values per thread and
-// tensor: the forward stays near 40 registers, the backward's two tiles under 100):
-//   warp per row   kElems = V, 2V, 4V, 32       cols <= 32 * kElems (fp32: 128 ... 1,024; 16-bit: 256 ... 1,024)
-//   256-thread block, kElems = 8, 16, 32        cols <= 2,048 / 4,096 / 8,192
-//   512-thread block, kElems = 32               cols <= 16,384
+// The register tiles: warp(kElems) runs a warp per row, block(kThreads, kElems, kMinBlocks) a
+// block per row (the numbers as std::integral_constant). kElems <= 32 fp32 values per thread and
+// tensor. Picked per direction by the row length; false, and nothing called, past 16,384.
+template <int N> using Int = std::integral_constant<int, N>;
 constexpr int64_t kMaxRegisterCols = 16384;
 
-// Calls warp(kElems) or block(kThreads, kElems) for the tile that holds `cols` (the numbers as
-// std::integral_constant); false, and nothing called, when none does.
-template <typename T, typename Warp, typename Block>
-bool pick_register_tile(int64_t cols, Warp warp, Block block) {
+// Warp tiles of 1, 2 or 4 16-byte vectors per lane: rows of up to 128 vectors.
+template <typename T, typename Warp>
+bool pick_warp_tile(int64_t cols, Warp warp) {
   constexpr int V = kVec<T>;
-  if (cols <= 32 * V) warp(std::integral_constant<int, V>{});
-  else if (cols <= 64 * V) warp(std::integral_constant<int, 2 * V>{});
-  else if (cols <= 128 * V) warp(std::integral_constant<int, 4 * V>{});
-  else if (cols <= 1024) warp(std::integral_constant<int, 32>{});
-  else if (cols <= 2048) block(std::integral_constant<int, 256>{}, std::integral_constant<int, 8>{});
-  else if (cols <= 4096) block(std::integral_constant<int, 256>{}, std::integral_constant<int, 16>{});
-  else if (cols <= 8192) block(std::integral_constant<int, 256>{}, std::integral_constant<int, 32>{});
-  else if (cols <= kMaxRegisterCols) block(std::integral_constant<int, 512>{}, std::integral_constant<int, 32>{});
+  if (cols <= 32 * V) warp(Int<V>{});
+  else if (cols <= 64 * V) warp(Int<2 * V>{});
+  else warp(Int<4 * V>{});
+  return true;
+}
+
+// Forward. Warp tiles up to 1,024 columns, except fp32 rows of 513-1,024: 128-thread blocks of 8
+// values, 16 blocks per SM (4096 x 1024 in a development run: 2,503 GB/s against the warp tile's
+// 2,405). 256 x 16 tiles (2,049-4,096) of 16-bit types are capped at 32 registers, 8 blocks per
+// SM where 40 registers allowed 6 (bf16 4096 x 4096: 2,979 against 2,738); fp32 would spill there.
+template <typename T, typename Warp, typename Block>
+bool pick_forward_tile(int64_t cols, Warp warp, Block block) {
+  constexpr int V = kVec<T>;
+  constexpr bool kHalf = sizeof(T) == 2;
+  if (cols <= 128 * V) return pick_warp_tile<T>(cols, warp);  // 16-bit: every row up to 1,024
+  if constexpr (V == 4)
+    if (cols <= 1024) return block(Int<128>{}, Int<8>{}, Int<16>{}), true;
+  if (cols <= 2048) block(Int<256>{}, Int<8>{}, Int<4>{});
+  else if (cols <= 4096) block(Int<256>{}, Int<16>{}, Int<kHalf ? 8 : 4>{});
+  else if (cols <= 8192) block(Int<256>{}, Int<32>{}, Int<4>{});
+  else if (cols <= kMaxRegisterCols) block(Int<512>{}, Int<32>{}, Int<2>{});
+  else return false;
+  return true;
+}
+
+// Backward: two tiles (y and dy). fp32 rows of 513-1,024 run 256-thread blocks, one 16-byte vector
+// per thread and tensor (4096 x 1024: 2,829 GB/s against the warp tile's 2,608); 256 x 16 is capped
+// at 40 registers, 6 blocks per SM where the uncapped ~51 allowed 4 (bf16 4096 x 4096: 3,065
+// against 2,976; fp32 even). The larger tiles keep the registers they need (<= 100, no spills).
+template <typename T, typename Warp, typename Block>
+bool pick_backward_tile(int64_t cols, Warp warp, Block block) {
+  constexpr int V = kVec<T>;
+  if (cols <= 128 * V) return pick_warp_tile<T>(cols, warp);
+  if constexpr (V == 4)
+    if (cols <= 1024) return block(Int<256>{}, Int<4>{}, Int<4>{}), true;
+  if (cols <= 2048) block(Int<256>{}, Int<8>{}, Int<1>{});
+  else if (cols <= 4096) block(Int<256>{}, Int<16>{}, Int<6>{});
+  else if (cols <= 8192) block(Int<256>{}, Int<32>{}, Int<1>{});
+  else if (cols <= kMaxRegisterCols) block(Int<512>{}, Int<32>{}, Int<1>{});
   else return false;
   return true;
 }
@@ -372,33 +402,34 @@ bool pick_register_tile(int64_t cols, Warp warp, Block block) {
 template <typename T>
 bool launch_forward_in_registers(const T* x, int64_t x_stride, T* out, int64_t rows, int64_t cols,
                                  cudaStream_t stream) {
-  return pick_register_tile<T>(
+  return pick_forward_tile<T>(
       cols,
       [&](auto elems) {
         constexpr int kElems = decltype(elems)::value;
         softmax_warp_row<T, kElems><<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(
             x, x_stride, out, rows, cols);
       },
-      [&](auto threads, auto elems) {
+      [&](auto threads, auto elems, auto min_blocks) {
         constexpr int kThreads = decltype(threads)::value, kElems = decltype(elems)::value;
-        softmax_block_row<T, kThreads, kElems><<<row_grid(rows), kThreads, 0, stream>>>(x, x_stride, out, rows, cols);
+        softmax_block_row<T, kThreads, kElems, decltype(min_blocks)::value>
+            <<<row_grid(rows), kThreads, 0, stream>>>(x, x_stride, out, rows, cols);
       });
 }
 
 template <typename T>
 bool launch_backward_in_registers(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
                                   int64_t rows, int64_t cols, cudaStream_t stream) {
-  return pick_register_tile<T>(
+  return pick_backward_tile<T>(
       cols,
       [&](auto elems) {
         constexpr int kElems = decltype(elems)::value;
         backward_warp_row<T, kElems><<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(
             y, y_stride, dy, dy_stride, dx, rows, cols);
       },
-      [&](auto threads, auto elems) {
+      [&](auto threads, auto elems, auto min_blocks) {
         constexpr int kThreads = decltype(threads)::value, kElems = decltype(elems)::value;
-        backward_block_row<T, kThreads, kElems><<<row_grid(rows), kThreads, 0, stream>>>(
-            y, y_stride, dy, dy_stride, dx, rows, cols);
+        backward_block_row<T, kThreads, kElems, decltype(min_blocks)::value>
+            <<<row_grid(rows), kThreads, 0, stream>>>(y, y_stride, dy, dy_stride, dx, rows, cols);
       });
 }
 

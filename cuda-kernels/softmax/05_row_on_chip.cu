@@ -3,7 +3,8 @@ Step 5 — the row stays on chip: registers for short rows, shared memory for lo
 Changed:  the row is read once, kept on the SM while its max and sum are reduced, and written
           from there; the path is chosen by row length (OneFlow's softmax does the same):
             cols <= 1,024      a warp per row (4 rows per 128-thread block), each lane holding
-                               4-32 fp32 values in registers: shuffles only, no barrier.
+                               4-32 fp32 values in registers: shuffles only, no barrier
+                               (fp32 rows of 513-1,024: a small block per row measured faster).
             cols <= 16,384     a block per row (256 or 512 threads), <= 32 values per thread
                                in registers (compile-time tiles: 2K, 4K, 8K, 16K elements).
             row <= ~226 KB     a 512-thread block per row, the row in dynamic shared memory

@@ -1,28 +1,34 @@
 /*
 Step 7 — the cluster's row in registers, partials exchanged with one st.async round trip
 Changed:  step 6's slices move from shared memory into registers, and its exchange shrinks to
-          one message per warp. Each thread of a 512-thread CTA loads 8 16-byte vectors of its
-          CTA's slice and keeps them as loaded (16-bit values stay packed, 8 in 4 registers), so
-          a CTA holds 64 KB (backward: 64 KB of y and 64 KB of dy) and a cluster of up to 16
-          holds 1 MB: fp32 rows up to 262,144, 16-bit up to 524,288. Each warp folds its values
-          into an online (max, sum) pair (backward: a partial dot) and lane r stores it straight
-          into CTA r's inbox with st.async, which completes a transaction on CTA r's mbarrier;
-          every CTA waits on its own barrier for ranks x 16 messages, merges them in a fixed
-          order (the same bits everywhere) and writes its slice from registers. One row per
-          cluster. The cluster barrier that orders each mbarrier's initialisation before any
-          peer's st.async is arrived at before the loads and waited on after them.
+          one message per warp. Each thread of a 512-thread CTA loads 32 elements of its CTA's
+          slice per tensor (8 16-byte vectors of fp32, 4 of 16-bit types) and keeps them as
+          loaded (16-bit values stay packed, 2 to a register), so a CTA holds 64 KB of fp32 or
+          32 KB of 16-bit values per tensor and a cluster of up to 16 holds rows of 262,144.
+          The forward takes the max of its values, then the sum of exp against it (two passes
+          over registers, as step 5), the backward its partial dot; each warp merges its lanes
+          and lane r stores the warp's partial straight into CTA r's inbox with st.async, which
+          completes a transaction on CTA r's mbarrier; every CTA waits on its own barrier for
+          ranks x 16 messages, merges them in a fixed order (the same bits everywhere) and
+          writes its slice from registers. One row per cluster. The cluster barrier that orders
+          each mbarrier's initialisation before any peer's st.async is arrived at before the
+          loads and waited on after them.
 Why:      step 6 spends each row on phases that move no data: two CTA barriers for the block
           merge, a full cluster barrier over up to 16 SMs, a round trip of remote loads, a
           second cluster barrier before exit, and a pass over shared memory on each side of
           the exchange. Here the one wait is the mbarrier the peers' messages complete, and the
-          row is written from the registers it was read into. Registers: fp32 forward 64 (two
-          CTAs per SM); 16-bit forward needs ~70 for the conversions (one CTA per SM); backward
-          95-128 (one CTA per SM, still 128 KB in flight).
+          row is written from the registers it was read into. Bytes in flight decide the rest:
+          a CTA does nothing but wait between its loads and its stores, so an SM needs two
+          CTAs, one loading while the other writes. Registers: forward 64 or fewer (two CTAs per
+          SM: 128 KB of fp32 or 64 KB of 16-bit values in flight); backward 91 fp32 (one CTA,
+          128 KB of y and dy), 63 for 16-bit (two CTAs). 16-bit slices hold half the elements
+          of fp32 ones because 8 packed vectors need more than 64 registers once converted
+          (they spill), and one CTA per SM idles between its phases.
 Still:    only slices of whole, 16-byte-aligned vectors run here (an element-wise tail path
           spills at 64 registers); other rows (odd lengths, unaligned strides) and rows past
-          16 x 64 KB take step 4's online kernels (2 reads + 1 write), where step 6's shared
-          memory reaches 16 x 226 KB. A CTA lives for one row: 4,096 rows of 16 slices start
-          65,536 CTAs.
+          16 x 512 x 32 elements take step 4's online kernels (2 reads + 1 write), where step
+          6's shared memory reaches 16 x 226 KB. A CTA lives for one row: 4,096 rows of 16
+          slices start 65,536 CTAs. 16-bit forward rows keep only 64 KB in flight per SM.
 Limits:   none: rows that do not fit as above take step 4's kernels.
 Layout:   rows
 */
@@ -40,10 +46,11 @@ using rosetta::Vec16;
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kVecs = 8;          // 16-byte vectors per thread and tensor: 64 KB a CTA
+constexpr int kElems = 32;        // elements per thread and tensor
 constexpr int kMaxCluster = 16;   // with cudaFuncAttributeNonPortableClusterSizeAllowed
 
-template <typename T> constexpr int kSliceMax = kThreads * kVecs * sm::kVec<T>;  // elements a CTA holds
+template <typename T> constexpr int kVecs = kElems / sm::kVec<T>;  // 16-byte vectors: 8 fp32, 4 16-bit
+template <typename T> constexpr int kSliceMax = kThreads * kElems;  // elements a CTA holds
 
 // A CTA's slice of a row in registers, as loaded: thread t holds vectors t, t + 512, ... of the
 // slice (coalesced), `fill` past its `len` elements. The slice is whole 16-byte vectors from
@@ -51,7 +58,8 @@ template <typename T> constexpr int kSliceMax = kThreads * kVecs * sm::kVec<T>; 
 // path, whose registers would spill at 64 a thread.
 template <typename T>
 struct Slice {
-  Vec16<T> v[kVecs];
+  static constexpr int kCount = kVecs<T>;
+  Vec16<T> v[kCount];
 
   __device__ __forceinline__ int col(int i) const { return (i * kThreads + int(threadIdx.x)) * sm::kVec<T>; }
   __device__ __forceinline__ void load(const T* row, int len, float fill) {
@@ -59,18 +67,18 @@ struct Slice {
 #pragma unroll
     for (int k = 0; k < sm::kVec<T>; ++k) pad.set(k, fill);
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i)  // all loads issue before the first use
+    for (int i = 0; i < kCount; ++i)  // all loads issue before the first use
       v[i].raw = col(i) < len ? *reinterpret_cast<const uint4*>(row + col(i)) : pad.raw;
   }
   // Vector i's packed registers, passed through an empty asm: the compiler must convert them again
-  // instead of keeping the first pass's fp32 copies alive (64 of them for 16-bit types: spills).
+  // instead of keeping an earlier pass's fp32 copies alive (twice the registers for 16-bit types).
   __device__ __forceinline__ const Vec16<T>& reload(int i) {
     asm volatile("" : "+r"(v[i].raw.x), "+r"(v[i].raw.y), "+r"(v[i].raw.z), "+r"(v[i].raw.w));
     return v[i];
   }
   __device__ __forceinline__ void store(T* row, int len) const {
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i)
+    for (int i = 0; i < kCount; ++i)
       if (col(i) < len) *reinterpret_cast<uint4*>(row + col(i)) = v[i].raw;
   }
 };
@@ -114,10 +122,9 @@ __device__ __forceinline__ void exchange(P* inbox, uint64_t* bar, int rank, int 
   sm90::mbarrier_wait(bar, 0);
 }
 
-// Two CTAs per SM (64 registers) for fp32; 16-bit values need ~70 (conversions on top of the
-// packed vectors) and run one CTA per SM.
+// Two CTAs per SM: at most 64 registers.
 template <typename T>
-__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, 2)
 softmax_cluster_registers(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int cols, int slice) {
   constexpr int V = sm::kVec<T>;
   __shared__ alignas(16) sm::Online inbox[kMaxCluster * kWarps];
@@ -129,10 +136,20 @@ softmax_cluster_registers(const T* __restrict__ x, int64_t x_stride, T* __restri
   const int begin = rank * slice;  // cols == ranks * slice: every slice is full (the host checks)
   Slice<T> s;
   s.load(x + row * x_stride + begin, slice, -INFINITY);  // -inf: adds nothing to the max or sum
-  sm::Online t = sm::Online::empty();
+  float m = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kVecs; ++i) t.add(s.v[i]);
-  exchange(inbox, &full, rank, ranks, sm::warp_merge(t));
+  for (int i = 0; i < s.kCount; ++i)
+#pragma unroll
+    for (int k = 0; k < V; ++k) m = fmaxf(m, s.v[i].get(k));  // fmaxf skips NaN: the sum catches it
+  const float ref = sm::reference(m);
+  float d = 0.0f;
+#pragma unroll
+  for (int i = 0; i < s.kCount; ++i) {
+    const Vec16<T> in = s.reload(i);
+#pragma unroll
+    for (int k = 0; k < V; ++k) d += __expf(in.get(k) - ref);
+  }
+  exchange(inbox, &full, rank, ranks, sm::warp_merge(sm::Online{m, d}));
   // Lane j merges slots j, j + 32, ...; the butterfly then gives all warps of all CTAs the
   // same bits, so every slice is scaled alike.
   sm::Online r = sm::Online::empty();
@@ -140,7 +157,7 @@ softmax_cluster_registers(const T* __restrict__ x, int64_t x_stride, T* __restri
   r = sm::warp_merge(r);
   const float inv = 1.0f / r.d;
 #pragma unroll
-  for (int i = 0; i < kVecs; ++i) {
+  for (int i = 0; i < s.kCount; ++i) {
     const Vec16<T> in = s.reload(i);
 #pragma unroll
     for (int k = 0; k < V; ++k) s.v[i].set(k, __expf(in.get(k) - r.m) * inv);  // r.m = -inf: NaN, as torch
@@ -148,8 +165,9 @@ softmax_cluster_registers(const T* __restrict__ x, int64_t x_stride, T* __restri
   s.store(out + row * cols + begin, slice);
 }
 
+// fp32: 64 values of y and dy need ~91 registers, one CTA per SM; 16-bit: 63, two.
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 1 : 2)
 backward_cluster_registers(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
                            T* __restrict__ dx, int cols, int slice) {
   constexpr int V = sm::kVec<T>;
@@ -165,7 +183,7 @@ backward_cluster_registers(const T* __restrict__ y, int64_t y_stride, const T* _
   sg.load(dy + row * dy_stride + begin, slice, 0.0f);
   float dot = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kVecs; ++i)
+  for (int i = 0; i < sy.kCount; ++i)
 #pragma unroll
     for (int k = 0; k < V; ++k) dot += sy.v[i].get(k) * sg.v[i].get(k);
   exchange(inbox, &full, rank, ranks, rosetta::warp_sum(dot));
@@ -173,7 +191,7 @@ backward_cluster_registers(const T* __restrict__ y, int64_t y_stride, const T* _
   for (int j = threadIdx.x % 32; j < ranks * kWarps; j += 32) total += inbox[j];
   total = rosetta::warp_sum(total);
 #pragma unroll
-  for (int i = 0; i < kVecs; ++i) {
+  for (int i = 0; i < sy.kCount; ++i) {
     const Vec16<T> a = sy.reload(i), b = sg.reload(i);
 #pragma unroll
     for (int k = 0; k < V; ++k) sg.v[i].set(k, a.get(k) * (b.get(k) - total));
@@ -181,7 +199,7 @@ backward_cluster_registers(const T* __restrict__ y, int64_t y_stride, const T* _
   sg.store(dx + row * cols + begin, slice);
 }
 
-// A cluster of ceil(cols / 64 KB-worth) CTAs per row, slices balanced to whole vectors; grids of
+// A cluster of ceil(cols / (512 x 32)) CTAs per row, slices balanced to whole vectors; grids of
 // at most 2^31 - 1 CTAs, launched block after block of rows: launch_rows(config, first row,
 // ranks, slice). False, having launched nothing, when the row needs more than 16 CTAs or its
 // slices are not whole 16-byte vectors from `aligned` starts (every row of every tensor on 16 B).
