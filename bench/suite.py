@@ -18,8 +18,7 @@ from .tiers import Tier, runner, tiers
 TIMING_METHOD = ("one call captured as a CUDA graph, its replays timed with CUDA events "
                  "(rosetta.timing); before every replay a clean L2 flush (a sum over a buffer of "
                  "4x the L2, which leaves no dirty lines behind); median and p20/p80; warm-up, JIT "
-                 "and autotuning run before capture, torch's cached memory released after the "
-                 "correctness gate; outputs preallocated (torch.compile and peer "
+                 "and autotuning run before capture; outputs preallocated (torch.compile and peer "
                  "libraries allocate their own, from the graph's pool); an input a step's layout "
                  "cannot take is copied before capture, reported, not timed")
 
@@ -152,12 +151,6 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
             torch.cuda.synchronize()
             continue
         row["error"] = err
-        # Torch's cached blocks (the gate's fp64 temporaries: tens of GB on the largest shapes) go
-        # back to the driver before timing. Measured on the H100: after the gate, the fp32
-        # 4096 x 262144 softmax kernels ran 14% slower (2,600 against 3,030 GB/s, the same kernel
-        # on the same tensors) until the cache was emptied; why is not pinned down. Every subject
-        # is timed in that same clean state.
-        torch.cuda.empty_cache()
         one_call = call_ms(launch)
         if not err <= tolerance:
             row["status"] = "wrong"

@@ -76,7 +76,7 @@ SPEC = OpSpec(
         inputs=("x",), output="out", make_inputs=make_inputs,
         allocate=lambda x: torch.empty(x.shape, dtype=x.dtype, device=x.device),
         reference=lambda x: torch.softmax(x.double(), -1),
-        error_scale=forward_scale, tolerance=TOLERANCE,
+        error_scale=forward_scale, tolerance=TOLERANCE, row_inputs=lambda inputs, rows: (inputs[0][rows],),
         minimal_bytes=lambda shape, dtype: 2 * torch.Size(shape).numel() * dtype.itemsize,  # 1 read + 1 write
         flops=lambda shape: 5 * torch.Size(shape).numel(),  # max, subtract, exp, sum, scale
         torch_eager=lambda x, out: torch.ops.aten._softmax.out(x, -1, False, out=out),
@@ -87,6 +87,7 @@ SPEC = OpSpec(
         inputs=("y", "dy"), output="dx", make_inputs=make_backward_inputs,
         allocate=lambda y, dy: torch.empty(y.shape, dtype=y.dtype, device=y.device),
         reference=backward_reference, error_scale=backward_scale, tolerance=TOLERANCE,
+        row_inputs=lambda inputs, rows: tuple(t[rows] for t in inputs),
         minimal_bytes=lambda shape, dtype: 3 * torch.Size(shape).numel() * dtype.itemsize,  # 2 reads + 1 write
         flops=lambda shape: 4 * torch.Size(shape).numel(),
         torch_eager=lambda y, dy, out: torch.ops.aten._softmax_backward_data.out(dy, y, -1, y.dtype, grad_input=out),
