@@ -294,8 +294,8 @@ softmax_warp_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out,
   }
 }
 
-// kMinBlocks blocks per SM caps the registers at 65,536 / (kMinBlocks x kThreads): the tables below
-// say why each tile has its cap.
+// kMinBlocks blocks per SM caps the registers at 65,536 / (kMinBlocks x kThreads); 0 sets no cap.
+// The tables below say why each tile has its cap.
 template <typename T, int kThreads, int kElems, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
 softmax_block_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int64_t cols) {
@@ -384,17 +384,19 @@ bool pick_forward_tile(int64_t cols, Warp warp, Block block) {
 // Backward: two tiles (y and dy). fp32 rows of 513-1,024 run 256-thread blocks, one 16-byte vector
 // per thread and tensor (4096 x 1024: 2,829 GB/s against the warp tile's 2,608); 256 x 16 is capped
 // at 40 registers, 6 blocks per SM where the uncapped ~51 allowed 4 (bf16 4096 x 4096: 3,065
-// against 2,976; fp32 even). The larger tiles keep the registers they need (<= 100, no spills).
+// against 2,976; fp32 even). The other tiles have no cap (0): ptxas picks (32-94 registers, no
+// spills), where an explicit 1 block per SM let it take more (80 -> 96 for 256 x 32, and bf16
+// 16384 x 8192 ran 4% slower).
 template <typename T, typename Warp, typename Block>
 bool pick_backward_tile(int64_t cols, Warp warp, Block block) {
   constexpr int V = kVec<T>;
   if (cols <= 128 * V) return pick_warp_tile<T>(cols, warp);
   if constexpr (V == 4)
     if (cols <= 1024) return block(Int<256>{}, Int<4>{}, Int<4>{}), true;
-  if (cols <= 2048) block(Int<256>{}, Int<8>{}, Int<1>{});
+  if (cols <= 2048) block(Int<256>{}, Int<8>{}, Int<0>{});
   else if (cols <= 4096) block(Int<256>{}, Int<16>{}, Int<6>{});
-  else if (cols <= 8192) block(Int<256>{}, Int<32>{}, Int<1>{});
-  else if (cols <= kMaxRegisterCols) block(Int<512>{}, Int<32>{}, Int<1>{});
+  else if (cols <= 8192) block(Int<256>{}, Int<32>{}, Int<0>{});
+  else if (cols <= kMaxRegisterCols) block(Int<512>{}, Int<32>{}, Int<0>{});
   else return false;
   return true;
 }
