@@ -80,3 +80,28 @@ def test_nan_and_unwritten_outputs_never_pass():
         out = d.allocate(*inputs).fill_(float("nan"))
         if out.numel():
             assert d.error(out, d.reference(*inputs), inputs) == float("inf"), op
+
+
+def test_softmax_error_in_blocks_of_rows_is_the_whole_tensor_error(monkeypatch):
+    """The gate measures softmax a block of rows at a time (small fp64 temporaries): the same
+    worst error, at the same flat index, as one pass over the whole tensor, NaN rows included."""
+    import dataclasses
+
+    from rosetta.ops import spec
+
+    monkeypatch.setattr(spec, "ERROR_BLOCK_ELEMENTS", 3 * 1000)  # blocks of 3 rows of 1,000
+    for direction in ("forward", "backward"):
+        d = SPECS["softmax"].directions()[direction]
+        whole = dataclasses.replace(d, row_inputs=None)
+        for shape, at in (((10, 1000), (7, 999)), ((2, 5, 1000), (1, 3, 999))):  # 3-D: blocks of 1 x 5 rows
+            inputs = d.make_inputs(shape, torch.float32, "cpu", gen())
+            ref = d.reference(*inputs)
+            out = ref.float()
+            out[at] *= 1.01  # in a later block, its last row's last element
+            assert d.error_report(out, ref, inputs) == whole.error_report(out, ref, inputs)
+            flat = 0
+            for index, size in zip(at, shape):
+                flat = flat * size + index
+            assert d.error_report(out, ref, inputs)[1] == flat
+            out[0, 1] = float("nan")
+            assert d.error(out, ref, inputs) == whole.error(out, ref, inputs) == float("inf")
