@@ -68,8 +68,8 @@ class Direction:
             return 0.0, -1, float("nan"), float("nan")
         if self.row_inputs is None or ref.dim() < 2:  # 1-D: the one dimension is the row
             return self._error_block(out, ref, inputs)
-        per_row = ref[0].numel()
-        step = max(1, ERROR_BLOCK_ELEMENTS // max(per_row, 1))
+        per_row = ref[0].numel()  # > 0: ref is not empty
+        step = max(1, ERROR_BLOCK_ELEMENTS // per_row)
         worst = None
         for first in range(0, ref.shape[0], step):
             rows = slice(first, first + step)

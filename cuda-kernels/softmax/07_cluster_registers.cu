@@ -21,7 +21,7 @@ Why:      step 6 spends each row on phases that move no data: two CTA barriers f
           a CTA does nothing but wait between its loads and its stores, so an SM needs two
           CTAs, one loading while the other writes. Registers: forward 64 or fewer (two CTAs per
           SM: 128 KB of fp32 or 64 KB of 16-bit values in flight); backward 91 fp32 (one CTA,
-          128 KB of y and dy), 63 for 16-bit (two CTAs). 16-bit slices hold half the elements
+          128 KB of y and dy), 63-64 for 16-bit (two CTAs). 16-bit slices hold half the elements
           of fp32 ones because 8 packed vectors need more than 64 registers once converted
           (they spill), and one CTA per SM idles between its phases.
 Still:    only slices of whole, 16-byte-aligned vectors run here (an element-wise tail path
@@ -165,7 +165,7 @@ softmax_cluster_registers(const T* __restrict__ x, int64_t x_stride, T* __restri
   s.store(out + row * cols + begin, slice);
 }
 
-// fp32: 64 values of y and dy need ~91 registers, one CTA per SM; 16-bit: 63, two.
+// fp32: 64 values of y and dy need ~91 registers, one CTA per SM; 16-bit: 63-64, two.
 template <typename T>
 __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 1 : 2)
 backward_cluster_registers(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
