@@ -1,5 +1,5 @@
-// Hopper (sm_90a) pieces of the tensor-core matmul steps 11-13, each taught by the first step
-// that uses it:
+// Hopper (sm_90a) pieces of the tensor-core matmul steps 11-13 and of softmax step 8, each taught
+// by the first step that uses it:
 //   tc_matmul_launch                     16-bit launcher prologue (M or N == 0, K == 0)      step 11
 //   TmaOperand / make_tma_operand        tensor maps for A and B, either major-ness            step 11
 //   mbarrier_*, tma_load                 the copy engine completing on a shared-memory barrier  step 11
@@ -10,6 +10,7 @@
 //   set_max_registers                    setmaxnreg for producer / consumer warpgroups         step 12
 //   tma_load_multicast, cluster_*,
 //   tma_store, grouped_tile              clusters, persistent tiles, TMA epilogue             step 13
+//   bulk_load                            a 1-D bulk copy, no tensor map           (softmax) step 8
 // Everything here needs -gencode=arch=compute_90a,code=sm_90a (wgmma and setmaxnreg are sm_90a).
 #pragma once
 
@@ -184,6 +185,14 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap*
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
       " [%0], [%1, {%2, %3}], [%4], %5;\n"
       ::"r"(smem_u32(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_u32(bar)), "h"(cta_mask) : "memory");
+}
+
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) copied from global into this CTA's
+// shared memory by the copy engine, completing a transaction on `bar`: the 1-D bulk form, no
+// tensor map.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
 }
 
 // ------------------------------------------------------------------------------------------------

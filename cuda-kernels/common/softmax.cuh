@@ -5,6 +5,8 @@
 //   max_dynamic_smem               the opt-in shared memory a block may ask for                    step 5
 //   launch_*_in_registers          warp per row (<= 1,024) and block per row (<= 16,384) with the
 //                                  row in registers: 1 read + 1 write, 2 + 1 backward             step 5
+//   launch_forward / _backward     the host side of steps 5-8: empty inputs, step 5's tiles, else
+//                                  the step's own kernels for longer rows                        step 5
 // Every kernel takes rows x cols with a row stride for its inputs (Layout: rows) and contiguous
 // outputs; rows and the offsets into them are 64-bit.
 #pragma once
@@ -205,10 +207,38 @@ template <typename T, int kGroup, int kElems>
 struct RowTile {
   static constexpr int V = kVec<T>, kVecs = kElems / V;
   static_assert(kElems % V == 0 && kVecs >= 1, "whole 16-byte vectors per thread");
+  using Raw = Vec16<T>[kVecs];
   float v[kVecs][V];
 
   __device__ __forceinline__ int64_t col(int i, int t) const { return (int64_t(i) * kGroup + t) * V; }
+
+  // The whole-vector path, for a row that starts on 16 bytes and has cols % V == 0: each vector is
+  // wholly inside the row or wholly past its end, so it is one predicated 16-byte load (`fill`
+  // past the end) with no branch around it. Raw vectors first, unpack() later: a caller with two
+  // tiles issues both tiles' loads before the first conversion waits on one (backward_block_row).
+  __device__ __forceinline__ void fetch(Raw& p, const T* row, int cols, int t, float fill) const {
+    Vec16<T> pad;
+#pragma unroll
+    for (int k = 0; k < V; ++k) pad.set(k, fill);
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i)
+      p[i].raw = int(col(i, t)) < cols ? *reinterpret_cast<const uint4*>(row + col(i, t)) : pad.raw;
+  }
+  __device__ __forceinline__ void unpack(const Raw& p) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i)
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[i][k] = p[i].get(k);
+  }
+
+  // Any row: vector by vector, element-wise where a vector is unaligned or crosses the end.
   __device__ __forceinline__ void load(const T* row, int64_t cols, bool vec, int t, float fill) {
+    if (vec && cols % V == 0) {
+      Raw p;
+      fetch(p, row, int(cols), t, fill);
+      unpack(p);
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {  // all kVecs loads issue before the first use below
       const Vec16<T> p = load_vec(row, col(i, t), cols, vec, fill);
@@ -227,6 +257,24 @@ struct RowTile {
   }
 };
 
+// Both tiles of a backward row (y and dy, 0 past the end): on the whole-vector path every load of
+// both issues before the first conversion, where two load() calls would wait for y's data before
+// asking for dy's (each call's branch keeps the conversions in front of the next loads).
+template <typename Tile, typename T>
+__device__ __forceinline__ void load_pair(Tile& a, const T* ra, bool va, Tile& b, const T* rb, bool vb, int64_t cols,
+                                          int t) {
+  if (va && vb && cols % Tile::V == 0) {
+    typename Tile::Raw pa, pb;
+    a.fetch(pa, ra, int(cols), t, 0.0f);
+    b.fetch(pb, rb, int(cols), t, 0.0f);
+    a.unpack(pa);
+    b.unpack(pb);
+    return;
+  }
+  a.load(ra, cols, va, t, 0.0f);
+  b.load(rb, cols, vb, t, 0.0f);
+}
+
 // max, then exp in place (one exp per element), then scale: the row is never read twice.
 // reduce(v, Op) is the group's all-reduce (a warp's shuffles, or block_reduce).
 template <typename Tile, typename Reduce>
@@ -242,7 +290,7 @@ __device__ __forceinline__ void softmax_tile(Tile& x, Reduce reduce) {
   for (int i = 0; i < Tile::kVecs; ++i)
 #pragma unroll
     for (int k = 0; k < Tile::V; ++k) s += (x.v[i][k] = __expf(x.v[i][k] - m));  // padding: exp(-inf) = 0
-  const float inv = 1.0f / reduce(s, Sum{});
+  const float inv = __fdividef(1.0f, reduce(s, Sum{}));  // s >= 1 (or NaN): no IEEE slow path needed
 #pragma unroll
   for (int i = 0; i < Tile::kVecs; ++i)
 #pragma unroll
@@ -322,8 +370,7 @@ backward_warp_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict
     const T* gr = dy + row * dy_stride;
     T* o = dx + row * cols;
     RowTile<T, 32, kElems> ty, tg;
-    ty.load(yr, cols, aligned16(yr), lane, 0.0f);
-    tg.load(gr, cols, aligned16(gr), lane, 0.0f);
+    load_pair(ty, yr, aligned16(yr), tg, gr, aligned16(gr), cols, lane);
     backward_tile(ty, tg, WarpAllReduce{});
     tg.store(o, cols, aligned16(o), lane);
   }
@@ -339,8 +386,7 @@ backward_block_row(const T* __restrict__ y, int64_t y_stride, const T* __restric
     const T* gr = dy + row * dy_stride;
     T* o = dx + row * cols;
     RowTile<T, kThreads, kElems> ty, tg;
-    ty.load(yr, cols, aligned16(yr), threadIdx.x, 0.0f);
-    tg.load(gr, cols, aligned16(gr), threadIdx.x, 0.0f);
+    load_pair(ty, yr, aligned16(yr), tg, gr, aligned16(gr), cols, threadIdx.x);
     backward_tile(ty, tg, BlockAllReduce<kThreads>{scratch});
     tg.store(o, cols, aligned16(o), threadIdx.x);
   }
@@ -383,8 +429,9 @@ bool pick_forward_tile(int64_t cols, Warp warp, Block block) {
 
 // Backward: two tiles (y and dy). fp32 rows of 513-1,024 run 256-thread blocks, one 16-byte vector
 // per thread and tensor (4096 x 1024: 2,829 GB/s against the warp tile's 2,608); 256 x 16 is capped
-// at 40 registers, 6 blocks per SM where the uncapped ~51 allowed 4 (bf16 4096 x 4096: 3,065
-// against 2,976; fp32 even). The other tiles have no cap (0): ptxas picks (32-94 registers, no
+// at 48 registers, 5 blocks per SM where the uncapped ~56 allow 4 (with per-vector loads a cap of
+// 40 and 6 blocks measured best, bf16 4096 x 4096 3,065 against 2,976; load_pair's raw vectors
+// spill at 40, and Triton's kernel for the same tile runs 48 and 5). The other tiles have no cap (0): ptxas picks (32-94 registers, no
 // spills), where an explicit 1 block per SM let it take more (80 -> 96 for 256 x 32, and bf16
 // 16384 x 8192 ran 4% slower).
 template <typename T, typename Warp, typename Block>
@@ -394,7 +441,7 @@ bool pick_backward_tile(int64_t cols, Warp warp, Block block) {
   if constexpr (V == 4)
     if (cols <= 1024) return block(Int<256>{}, Int<4>{}, Int<4>{}), true;
   if (cols <= 2048) block(Int<256>{}, Int<8>{}, Int<0>{});
-  else if (cols <= 4096) block(Int<256>{}, Int<16>{}, Int<6>{});
+  else if (cols <= 4096) block(Int<256>{}, Int<16>{}, Int<5>{});
   else if (cols <= 8192) block(Int<256>{}, Int<32>{}, Int<0>{});
   else if (cols <= kMaxRegisterCols) block(Int<512>{}, Int<32>{}, Int<0>{});
   else return false;
@@ -433,6 +480,41 @@ bool launch_backward_in_registers(const T* y, int64_t y_stride, const T* dy, int
         backward_block_row<T, kThreads, kElems, decltype(min_blocks)::value>
             <<<row_grid(rows), kThreads, 0, stream>>>(y, y_stride, dy, dy_stride, dx, rows, cols);
       });
+}
+
+// Host side of steps 5-8: nothing to write for an empty input; rows that step 5's register tiles
+// hold take them; every other row goes to the step's own idea,
+//   long_rows(T{}, x, x_stride, out) -> cudaError_t      (forward)
+//   long_rows(T{}, y, y_stride, dy, dy_stride, dx)       (backward)
+template <typename LongRows>
+cudaError_t launch_forward(const SoftmaxArgs& a, cudaStream_t stream, LongRows long_rows) {
+  const int64_t rows = a.x.size[0], cols = a.x.size[1];
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  cudaError_t status = cudaSuccess;
+  const cudaError_t launched = dispatch_dtype(a.x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = a.x.ptr<const T>();
+    T* out = a.out.ptr<T>();
+    if (!launch_forward_in_registers(x, a.x.stride[0], out, rows, cols, stream))
+      status = long_rows(tag, x, a.x.stride[0], out);
+  });
+  return status != cudaSuccess ? status : launched;
+}
+
+template <typename LongRows>
+cudaError_t launch_backward(const SoftmaxBackwardArgs& a, cudaStream_t stream, LongRows long_rows) {
+  const int64_t rows = a.y.size[0], cols = a.y.size[1];
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  cudaError_t status = cudaSuccess;
+  const cudaError_t launched = dispatch_dtype(a.y.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* y = a.y.ptr<const T>();
+    const T* dy = a.dy.ptr<const T>();
+    T* dx = a.dx.ptr<T>();
+    if (!launch_backward_in_registers(y, a.y.stride[0], dy, a.dy.stride[0], dx, rows, cols, stream))
+      status = long_rows(tag, y, a.y.stride[0], dy, a.dy.stride[0], dx);
+  });
+  return status != cudaSuccess ? status : launched;
 }
 
 }  // namespace rosetta::softmax

@@ -137,46 +137,35 @@ int64_t smem_bytes(int64_t cols, int tensors) {
 
 cudaError_t softmax_05_row_on_chip(const rosetta::SoftmaxArgs& a, cudaStream_t stream) {
   const int64_t rows = a.x.size[0], cols = a.x.size[1];
-  if (rows == 0 || cols == 0) return cudaSuccess;  // nothing to write
-  cudaError_t status = cudaSuccess;
-  const cudaError_t launched = rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
+  return sm::launch_forward(a, stream, [&](auto tag, auto x, int64_t xs, auto out) {
     using T = decltype(tag);
-    const T* x = a.x.ptr<const T>();
-    T* out = a.out.ptr<T>();
-    if (sm::launch_forward_in_registers(x, a.x.stride[0], out, rows, cols, stream)) return;
     const int64_t bytes = smem_bytes<T>(cols, 1);
-    if (bytes <= sm::max_dynamic_smem()) {
-      status = cudaFuncSetAttribute(softmax_row_in_smem<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-      if (status == cudaSuccess)
-        softmax_row_in_smem<T><<<sm::row_grid(rows), kSmemThreads, bytes, stream>>>(x, a.x.stride[0], out, rows,
-                                                                                     int(cols));
-      return;
+    if (bytes > sm::max_dynamic_smem()) {
+      sm::launch_online(x, xs, out, rows, cols, stream);  // too long for one SM: 2 reads + 1 write
+      return cudaSuccess;
     }
-    sm::launch_online(x, a.x.stride[0], out, rows, cols, stream);  // too long for one SM: 2 reads + 1 write
+    const cudaError_t status =
+        cudaFuncSetAttribute(softmax_row_in_smem<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (status == cudaSuccess)
+      softmax_row_in_smem<T><<<sm::row_grid(rows), kSmemThreads, bytes, stream>>>(x, xs, out, rows, int(cols));
+    return status;
   });
-  return status != cudaSuccess ? status : launched;
 }
 
 cudaError_t softmax_05_row_on_chip_backward(const rosetta::SoftmaxBackwardArgs& a, cudaStream_t stream) {
   const int64_t rows = a.y.size[0], cols = a.y.size[1];
-  if (rows == 0 || cols == 0) return cudaSuccess;
-  cudaError_t status = cudaSuccess;
-  const cudaError_t launched = rosetta::dispatch_dtype(a.y.dtype, [&](auto tag) {
+  return sm::launch_backward(a, stream, [&](auto tag, auto y, int64_t ys, auto dy, int64_t gs, auto dx) {
     using T = decltype(tag);
-    const T* y = a.y.ptr<const T>();
-    const T* dy = a.dy.ptr<const T>();
-    T* dx = a.dx.ptr<T>();
-    const int64_t ys = a.y.stride[0], gs = a.dy.stride[0];
-    if (sm::launch_backward_in_registers(y, ys, dy, gs, dx, rows, cols, stream)) return;
     const int64_t bytes = smem_bytes<T>(cols, 2);
-    if (bytes <= sm::max_dynamic_smem()) {
-      status = cudaFuncSetAttribute(backward_row_in_smem<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-      if (status == cudaSuccess)
-        backward_row_in_smem<T><<<sm::row_grid(rows), kSmemThreads, bytes, stream>>>(y, ys, dy, gs, dx, rows,
-                                                                                      int(cols));
-      return;
+    if (bytes > sm::max_dynamic_smem()) {
+      sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // too long: 4 reads + 1 write
+      return cudaSuccess;
     }
-    sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // too long: 4 reads + 1 write
+    const cudaError_t status =
+        cudaFuncSetAttribute(backward_row_in_smem<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (status == cudaSuccess)
+      backward_row_in_smem<T><<<sm::row_grid(rows), kSmemThreads, bytes, stream>>>(y, ys, dy, gs, dx, rows,
+                                                                                   int(cols));
+    return status;
   });
-  return status != cudaSuccess ? status : launched;
 }

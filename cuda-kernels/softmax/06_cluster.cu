@@ -212,32 +212,22 @@ bool launch_cluster(Kernel kernel, int tensors, int64_t rows, int64_t cols, cuda
 
 cudaError_t softmax_06_cluster(const rosetta::SoftmaxArgs& a, cudaStream_t stream) {
   const int64_t rows = a.x.size[0], cols = a.x.size[1];
-  if (rows == 0 || cols == 0) return cudaSuccess;  // nothing to write
-  cudaError_t status = cudaSuccess;
-  const cudaError_t launched = rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
+  return sm::launch_forward(a, stream, [&](auto tag, auto x, int64_t xs, auto out) {
     using T = decltype(tag);
-    const T* x = a.x.ptr<const T>();
-    T* out = a.out.ptr<T>();
-    if (sm::launch_forward_in_registers(x, a.x.stride[0], out, rows, cols, stream)) return;  // step 5's tiles
-    if (launch_cluster<T>(softmax_cluster<T>, 1, rows, cols, stream, status, x, a.x.stride[0], out)) return;
-    sm::launch_online(x, a.x.stride[0], out, rows, cols, stream);  // past 16 x 226 KB: 2 reads + 1 write
+    cudaError_t status = cudaSuccess;
+    if (!launch_cluster<T>(softmax_cluster<T>, 1, rows, cols, stream, status, x, xs, out))
+      sm::launch_online(x, xs, out, rows, cols, stream);  // past 16 x 226 KB: 2 reads + 1 write
+    return status;
   });
-  return status != cudaSuccess ? status : launched;
 }
 
 cudaError_t softmax_06_cluster_backward(const rosetta::SoftmaxBackwardArgs& a, cudaStream_t stream) {
   const int64_t rows = a.y.size[0], cols = a.y.size[1];
-  if (rows == 0 || cols == 0) return cudaSuccess;
-  cudaError_t status = cudaSuccess;
-  const cudaError_t launched = rosetta::dispatch_dtype(a.y.dtype, [&](auto tag) {
+  return sm::launch_backward(a, stream, [&](auto tag, auto y, int64_t ys, auto dy, int64_t gs, auto dx) {
     using T = decltype(tag);
-    const T* y = a.y.ptr<const T>();
-    const T* dy = a.dy.ptr<const T>();
-    T* dx = a.dx.ptr<T>();
-    const int64_t ys = a.y.stride[0], gs = a.dy.stride[0];
-    if (sm::launch_backward_in_registers(y, ys, dy, gs, dx, rows, cols, stream)) return;
-    if (launch_cluster<T>(backward_cluster<T>, 2, rows, cols, stream, status, y, ys, dy, gs, dx)) return;
-    sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // 4 reads + 1 write
+    cudaError_t status = cudaSuccess;
+    if (!launch_cluster<T>(backward_cluster<T>, 2, rows, cols, stream, status, y, ys, dy, gs, dx))
+      sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // 4 reads + 1 write
+    return status;
   });
-  return status != cudaSuccess ? status : launched;
 }

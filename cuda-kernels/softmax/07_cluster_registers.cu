@@ -34,23 +34,20 @@ Layout:   rows
 */
 #include <cooperative_groups.h>
 
-#include "hopper.cuh"
-#include "softmax.cuh"
+#include "softmax_cluster.cuh"
 
 namespace {
 
 namespace cg = cooperative_groups;
 namespace sm = rosetta::softmax;
-namespace sm90 = rosetta::sm90;
 using rosetta::Vec16;
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kElems = 32;        // elements per thread and tensor
-constexpr int kMaxCluster = 16;   // with cudaFuncAttributeNonPortableClusterSizeAllowed
 
 template <typename T> constexpr int kVecs = kElems / sm::kVec<T>;  // 16-byte vectors: 8 fp32, 4 16-bit
-template <typename T> constexpr int kSliceMax = kThreads * kElems;  // elements a CTA holds
+constexpr int kSliceMax = kThreads * kElems;  // elements a CTA holds
 
 // A CTA's slice of a row in registers, as loaded: thread t holds vectors t, t + 512, ... of the
 // slice (coalesced), `fill` past its `len` elements. The slice is whole 16-byte vectors from
@@ -83,55 +80,16 @@ struct Slice {
   }
 };
 
-// The exchange. mapa turns a shared-memory address into the same offset in CTA `rank`'s shared
-// memory; st.async writes there and completes `bytes` of a transaction on that CTA's barrier.
-__device__ __forceinline__ uint32_t peer_address(const void* p, int rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(sm90::smem_u32(p)), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ void send(const sm::Online* slot, uint64_t* bar, int rank, sm::Online p) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n"
-               ::"r"(peer_address(slot, rank)), "f"(p.m), "f"(p.d), "r"(peer_address(bar, rank)) : "memory");
-}
-__device__ __forceinline__ void send(const float* slot, uint64_t* bar, int rank, float p) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];\n"
-               ::"r"(peer_address(slot, rank)), "f"(p), "r"(peer_address(bar, rank)) : "memory");
-}
-
-// The barrier expects ranks x kWarps messages of type P; then every thread of every CTA arrives on
-// the cluster barrier (relaxed: the fence publishes the initialisation). The matching wait,
-// before the first send, is the caller's: it overlaps the loads.
-template <typename P>
-__device__ __forceinline__ void open_inbox(uint64_t* bar, int ranks) {
-  if (threadIdx.x == 0) {
-    sm90::mbarrier_init(bar, 1);
-    sm90::mbarrier_arrive_expect_tx(bar, uint32_t(ranks * kWarps * sizeof(P)));  // 0 arrivals left
-    sm90::fence_barrier_init();
-  }
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-}
-
-// Lane r of every warp sends the warp's partial to CTA r, into slot [this rank][warp]; the
-// phase completes when every peer's messages have landed, and nothing writes the inbox again.
-template <typename P>
-__device__ __forceinline__ void exchange(P* inbox, uint64_t* bar, int rank, int ranks, P partial) {
-  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every peer's barrier is ready
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane < ranks) send(&inbox[rank * kWarps + warp], bar, lane, partial);
-  sm90::mbarrier_wait(bar, 0);
-}
-
 // Two CTAs per SM: at most 64 registers.
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 2)
 softmax_cluster_registers(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int cols, int slice) {
   constexpr int V = sm::kVec<T>;
-  __shared__ alignas(16) sm::Online inbox[kMaxCluster * kWarps];
+  __shared__ alignas(16) sm::Online inbox[sm::kMaxCluster * kWarps];
   __shared__ alignas(8) uint64_t full;
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank()), ranks = int(cluster.num_blocks());
-  open_inbox<sm::Online>(&full, ranks);
+  sm::open_inbox<kWarps, sm::Online>(&full, ranks);
   const int64_t row = blockIdx.x / ranks;  // one row per cluster; the host offsets x and out
   const int begin = rank * slice;  // cols == ranks * slice: every slice is full (the host checks)
   Slice<T> s;
@@ -149,12 +107,8 @@ softmax_cluster_registers(const T* __restrict__ x, int64_t x_stride, T* __restri
 #pragma unroll
     for (int k = 0; k < V; ++k) d += __expf(in.get(k) - ref);
   }
-  exchange(inbox, &full, rank, ranks, sm::warp_merge(sm::Online{m, d}));
-  // Lane j merges slots j, j + 32, ...; the butterfly then gives all warps of all CTAs the
-  // same bits, so every slice is scaled alike.
-  sm::Online r = sm::Online::empty();
-  for (int j = threadIdx.x % 32; j < ranks * kWarps; j += 32) r = sm::merge(r, inbox[j]);
-  r = sm::warp_merge(r);
+  sm::exchange<kWarps>(inbox, &full, rank, ranks, sm::warp_merge(sm::Online{m, d}));
+  const sm::Online r = sm::inbox_total(inbox, ranks * kWarps);  // the same bits in every CTA
   const float inv = 1.0f / r.d;
 #pragma unroll
   for (int i = 0; i < s.kCount; ++i) {
@@ -171,11 +125,11 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 4 ? 1 : 2)
 backward_cluster_registers(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
                            T* __restrict__ dx, int cols, int slice) {
   constexpr int V = sm::kVec<T>;
-  __shared__ alignas(16) float inbox[kMaxCluster * kWarps];
+  __shared__ alignas(16) float inbox[sm::kMaxCluster * kWarps];
   __shared__ alignas(8) uint64_t full;
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank()), ranks = int(cluster.num_blocks());
-  open_inbox<float>(&full, ranks);
+  sm::open_inbox<kWarps, float>(&full, ranks);
   const int64_t row = blockIdx.x / ranks;
   const int begin = rank * slice;
   Slice<T> sy, sg;
@@ -186,10 +140,8 @@ backward_cluster_registers(const T* __restrict__ y, int64_t y_stride, const T* _
   for (int i = 0; i < sy.kCount; ++i)
 #pragma unroll
     for (int k = 0; k < V; ++k) dot += sy.v[i].get(k) * sg.v[i].get(k);
-  exchange(inbox, &full, rank, ranks, rosetta::warp_sum(dot));
-  float total = 0.0f;  // fixed order, then a butterfly: the same bits everywhere
-  for (int j = threadIdx.x % 32; j < ranks * kWarps; j += 32) total += inbox[j];
-  total = rosetta::warp_sum(total);
+  sm::exchange<kWarps>(inbox, &full, rank, ranks, rosetta::warp_sum(dot));
+  const float total = sm::inbox_total(inbox, ranks * kWarps);
 #pragma unroll
   for (int i = 0; i < sy.kCount; ++i) {
     const Vec16<T> a = sy.reload(i), b = sg.reload(i);
@@ -199,91 +151,52 @@ backward_cluster_registers(const T* __restrict__ y, int64_t y_stride, const T* _
   sg.store(dx + row * cols + begin, slice);
 }
 
-// A cluster of ceil(cols / (512 x 32)) CTAs per row, slices balanced to whole vectors; grids of
-// at most 2^31 - 1 CTAs, launched block after block of rows: launch_rows(config, first row,
-// ranks, slice). False, having launched nothing, when the row needs more than 16 CTAs or its
-// slices are not whole 16-byte vectors from `aligned` starts (every row of every tensor on 16 B).
-template <typename T, typename Launch>
-bool launch_clusters(int64_t rows, int64_t cols, bool aligned, cudaStream_t stream, cudaError_t& status,
-                     Launch launch_rows) {
-  constexpr int V = sm::kVec<T>;
-  const int64_t ranks = rosetta::ceil_div(cols, kSliceMax<T>);
-  if (ranks > kMaxCluster) return false;
-  const int64_t slice = rosetta::ceil_div(rosetta::ceil_div(cols, ranks), V) * V;
-  if (!aligned || cols != ranks * slice) return false;
-  cudaLaunchAttribute cluster_dim{};
-  cluster_dim.id = cudaLaunchAttributeClusterDimension;
-  cluster_dim.val.clusterDim = {unsigned(ranks), 1, 1};
-  cudaLaunchConfig_t config{};
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  config.attrs = &cluster_dim;
-  config.numAttrs = 1;
-  const int64_t per_launch = INT32_MAX / ranks;
-  for (int64_t first = 0; first < rows && status == cudaSuccess; first += per_launch) {
-    config.gridDim = dim3(unsigned(ranks * std::min(per_launch, rows - first)));
-    status = launch_rows(config, first, int(ranks), int(slice));
-  }
-  return true;
-}
-
-// cudaLaunchKernelEx with clusters of `ranks`, past 8 (the portable size) by opting in.
-template <typename Kernel, typename... Args>
-cudaError_t launch_kernel(cudaLaunchConfig_t& config, int ranks, Kernel kernel, Args... args) {
-  if (ranks > 8) {
-    const cudaError_t allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (allowed != cudaSuccess) return allowed;
-  }
-  return cudaLaunchKernelEx(&config, kernel, args...);
-}
-
-// Every row of a rows x cols view with this row stride starts on 16 bytes.
+// A cluster of ceil(cols / (512 x 32)) CTAs per row, slices balanced to whole vectors. False when
+// the row needs more than 16 CTAs or its slices are not whole 16-byte vectors from `aligned`
+// starts (every row of every tensor on 16 B).
 template <typename T>
-bool rows_aligned(const T* p, int64_t stride) {
-  return rosetta::aligned16(p) && stride % sm::kVec<T> == 0;
+bool plan_clusters(int64_t cols, bool aligned, int& ranks, int& slice) {
+  constexpr int V = sm::kVec<T>;
+  const int64_t r = rosetta::ceil_div(cols, kSliceMax);
+  const int64_t s = rosetta::ceil_div(rosetta::ceil_div(cols, r), V) * V;
+  if (r > sm::kMaxCluster || !aligned || cols != r * s) return false;
+  ranks = int(r);
+  slice = int(s);
+  return true;
 }
 
 }  // namespace
 
 cudaError_t softmax_07_cluster_registers(const rosetta::SoftmaxArgs& a, cudaStream_t stream) {
   const int64_t rows = a.x.size[0], cols = a.x.size[1];
-  if (rows == 0 || cols == 0) return cudaSuccess;  // nothing to write
-  cudaError_t status = cudaSuccess;
-  const cudaError_t launched = rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
+  return sm::launch_forward(a, stream, [&](auto tag, auto x, int64_t xs, auto out) {
     using T = decltype(tag);
-    const T* x = a.x.ptr<const T>();
-    T* out = a.out.ptr<T>();
-    const int64_t xs = a.x.stride[0];
-    if (sm::launch_forward_in_registers(x, xs, out, rows, cols, stream)) return;  // step 5's tiles
-    const bool aligned = rows_aligned(x, xs) && rows_aligned(out, cols);
-    const bool fits = launch_clusters<T>(rows, cols, aligned, stream, status,
-                                         [&](cudaLaunchConfig_t& c, int64_t first, int ranks, int slice) {
-      return launch_kernel(c, ranks, softmax_cluster_registers<T>, x + first * xs, xs, out + first * cols, int(cols),
-                           slice);
+    int ranks = 0, slice = 0;
+    if (!plan_clusters<T>(cols, sm::rows_aligned(x, xs) && sm::rows_aligned(out, cols), ranks, slice)) {
+      sm::launch_online(x, xs, out, rows, cols, stream);  // 2 reads + 1 write
+      return cudaSuccess;
+    }
+    const auto kernel = softmax_cluster_registers<T>;
+    return sm::launch_cluster_rows(kernel, rows, ranks, kThreads, 0, stream, [&](cudaLaunchConfig_t& c, int64_t first) {
+      return cudaLaunchKernelEx(&c, kernel, x + first * xs, xs, out + first * cols, int(cols), slice);
     });
-    if (!fits) sm::launch_online(x, xs, out, rows, cols, stream);  // 2 reads + 1 write
   });
-  return status != cudaSuccess ? status : launched;
 }
 
 cudaError_t softmax_07_cluster_registers_backward(const rosetta::SoftmaxBackwardArgs& a, cudaStream_t stream) {
   const int64_t rows = a.y.size[0], cols = a.y.size[1];
-  if (rows == 0 || cols == 0) return cudaSuccess;
-  cudaError_t status = cudaSuccess;
-  const cudaError_t launched = rosetta::dispatch_dtype(a.y.dtype, [&](auto tag) {
+  return sm::launch_backward(a, stream, [&](auto tag, auto y, int64_t ys, auto dy, int64_t gs, auto dx) {
     using T = decltype(tag);
-    const T* y = a.y.ptr<const T>();
-    const T* dy = a.dy.ptr<const T>();
-    T* dx = a.dx.ptr<T>();
-    const int64_t ys = a.y.stride[0], gs = a.dy.stride[0];
-    if (sm::launch_backward_in_registers(y, ys, dy, gs, dx, rows, cols, stream)) return;
-    const bool aligned = rows_aligned(y, ys) && rows_aligned(dy, gs) && rows_aligned(dx, cols);
-    const bool fits = launch_clusters<T>(rows, cols, aligned, stream, status,
-                                         [&](cudaLaunchConfig_t& c, int64_t first, int ranks, int slice) {
-      return launch_kernel(c, ranks, backward_cluster_registers<T>, y + first * ys, ys, dy + first * gs, gs,
-                           dx + first * cols, int(cols), slice);
+    int ranks = 0, slice = 0;
+    const bool aligned = sm::rows_aligned(y, ys) && sm::rows_aligned(dy, gs) && sm::rows_aligned(dx, cols);
+    if (!plan_clusters<T>(cols, aligned, ranks, slice)) {
+      sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // 4 reads + 1 write
+      return cudaSuccess;
+    }
+    const auto kernel = backward_cluster_registers<T>;
+    return sm::launch_cluster_rows(kernel, rows, ranks, kThreads, 0, stream, [&](cudaLaunchConfig_t& c, int64_t first) {
+      return cudaLaunchKernelEx(&c, kernel, y + first * ys, ys, dy + first * gs, gs, dx + first * cols, int(cols),
+                                slice);
     });
-    if (!fits) sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // 4 reads + 1 write
   });
-  return status != cudaSuccess ? status : launched;
 }
