@@ -4,12 +4,17 @@
 //   softmax_online, dot_backward   block per row: 2 reads + 1 write forward, 2 + 2 + 1 backward    step 4
 //   max_dynamic_smem               the opt-in shared memory a block may ask for                    step 5
 //   launch_*_in_registers          warp per row (<= 1,024) and block per row (<= 16,384) with the
-//                                  row in registers: 1 read + 1 write, 2 + 1 backward             step 5
+//                                  row in registers: 1 read + 1 write, 2 + 1 backward; rows of
+//                                  whole, aligned vectors take branch-free instantiations        step 5
+//   rows_aligned                   every row of a view starts on 16 bytes                         step 5
 //   launch_forward / _backward     the host side of steps 5-8: empty inputs, step 5's tiles, else
 //                                  the step's own kernels for longer rows                        step 5
 // Every kernel takes rows x cols with a row stride for its inputs (Layout: rows) and contiguous
 // outputs; rows and the offsets into them are 64-bit.
 #pragma once
+
+#include <algorithm>
+#include <type_traits>
 
 #include "primitives.cuh"
 
@@ -212,10 +217,11 @@ struct RowTile {
 
   __device__ __forceinline__ int64_t col(int i, int t) const { return (int64_t(i) * kGroup + t) * V; }
 
-  // The whole-vector path, for a row that starts on 16 bytes and has cols % V == 0: each vector is
-  // wholly inside the row or wholly past its end, so it is one predicated 16-byte load (`fill`
-  // past the end) with no branch around it. Raw vectors first, unpack() later: a caller with two
-  // tiles issues both tiles' loads before the first conversion waits on one (backward_block_row).
+  // kWhole: the host checked that every row starts on 16 bytes and cols % V == 0, so each vector
+  // is wholly inside the row or wholly past its end: one predicated 16-byte load (`fill` past the
+  // end) and no branch. Else vector by vector, element-wise where a vector is unaligned or crosses
+  // the end. Raw vectors first, unpack() later: with two tiles, both tiles' loads issue before the
+  // first conversion waits on one (load_pair).
   __device__ __forceinline__ void fetch(Raw& p, const T* row, int cols, int t, float fill) const {
     Vec16<T> pad;
 #pragma unroll
@@ -230,49 +236,54 @@ struct RowTile {
 #pragma unroll
       for (int k = 0; k < V; ++k) v[i][k] = p[i].get(k);
   }
-
-  // Any row: vector by vector, element-wise where a vector is unaligned or crosses the end.
-  __device__ __forceinline__ void load(const T* row, int64_t cols, bool vec, int t, float fill) {
-    if (vec && cols % V == 0) {
+  template <bool kWhole>
+  __device__ __forceinline__ void load(const T* row, int64_t cols, int t, float fill) {
+    if constexpr (kWhole) {
       Raw p;
       fetch(p, row, int(cols), t, fill);
       unpack(p);
-      return;
-    }
+    } else {
+      const bool vec = aligned16(row);
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i) {  // all kVecs loads issue before the first use below
-      const Vec16<T> p = load_vec(row, col(i, t), cols, vec, fill);
+      for (int i = 0; i < kVecs; ++i) {  // all kVecs loads issue before the first use below
+        const Vec16<T> p = load_vec(row, col(i, t), cols, vec, fill);
 #pragma unroll
-      for (int k = 0; k < V; ++k) v[i][k] = p.get(k);
+        for (int k = 0; k < V; ++k) v[i][k] = p.get(k);
+      }
     }
   }
-  __device__ __forceinline__ void store(T* row, int64_t cols, bool vec, int t) const {
+  template <bool kWhole>
+  __device__ __forceinline__ void store(T* row, int64_t cols, int t) const {
+    const bool vec = kWhole || aligned16(row);
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       Vec16<T> p;
 #pragma unroll
       for (int k = 0; k < V; ++k) p.set(k, v[i][k]);
-      store_vec(row, col(i, t), cols, vec, p);
+      if constexpr (kWhole) {
+        if (int(col(i, t)) < int(cols)) *reinterpret_cast<uint4*>(row + col(i, t)) = p.raw;
+      } else {
+        store_vec(row, col(i, t), cols, vec, p);
+      }
     }
   }
 };
 
-// Both tiles of a backward row (y and dy, 0 past the end): on the whole-vector path every load of
-// both issues before the first conversion, where two load() calls would wait for y's data before
-// asking for dy's (each call's branch keeps the conversions in front of the next loads).
-template <typename Tile, typename T>
-__device__ __forceinline__ void load_pair(Tile& a, const T* ra, bool va, Tile& b, const T* rb, bool vb, int64_t cols,
-                                          int t) {
-  if (va && vb && cols % Tile::V == 0) {
+// Both tiles of a backward row (y and dy, 0 past the end). On the whole-vector path every load of
+// both issues before the first conversion; two load() calls on the element-wise path would wait
+// for y's data before asking for dy's (each vector's branch keeps its conversion in front).
+template <bool kWhole, typename Tile, typename T>
+__device__ __forceinline__ void load_pair(Tile& a, const T* ra, Tile& b, const T* rb, int64_t cols, int t) {
+  if constexpr (kWhole) {
     typename Tile::Raw pa, pb;
     a.fetch(pa, ra, int(cols), t, 0.0f);
     b.fetch(pb, rb, int(cols), t, 0.0f);
     a.unpack(pa);
     b.unpack(pb);
-    return;
+  } else {
+    a.template load<false>(ra, cols, t, 0.0f);
+    b.template load<false>(rb, cols, t, 0.0f);
   }
-  a.load(ra, cols, va, t, 0.0f);
-  b.load(rb, cols, vb, t, 0.0f);
 }
 
 // max, then exp in place (one exp per element), then scale: the row is never read twice.
@@ -326,39 +337,34 @@ struct BlockAllReduce {
 };
 
 // A warp per row, 4 rows per block; no block barrier, so warps past the last row just leave.
-template <typename T, int kElems>
+template <typename T, int kElems, bool kWhole>
 __global__ void __launch_bounds__(kWarpRowThreads)
 softmax_warp_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int64_t cols) {
   constexpr int kWarps = kWarpRowThreads / 32;
   const int lane = threadIdx.x % 32;
   const int64_t step = int64_t(gridDim.x) * kWarps;
   for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows; row += step) {
-    const T* in = x + row * x_stride;
-    T* o = out + row * cols;
     RowTile<T, 32, kElems> tile;
-    tile.load(in, cols, aligned16(in), lane, -INFINITY);
+    tile.template load<kWhole>(x + row * x_stride, cols, lane, -INFINITY);
     softmax_tile(tile, WarpAllReduce{});
-    tile.store(o, cols, aligned16(o), lane);
+    tile.template store<kWhole>(out + row * cols, cols, lane);
   }
 }
 
+// A block per row: block b takes row b (the host launches 2^31 - 1 rows at a time), no row loop.
 // kMinBlocks blocks per SM caps the registers at 65,536 / (kMinBlocks x kThreads); 0 sets no cap.
 // The tables below say why each tile has its cap.
-template <typename T, int kThreads, int kElems, int kMinBlocks>
+template <typename T, int kThreads, int kElems, int kMinBlocks, bool kWhole>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-softmax_block_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int64_t cols) {
+softmax_block_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t cols) {
   __shared__ float scratch[kThreads / 32];
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* in = x + row * x_stride;
-    T* o = out + row * cols;
-    RowTile<T, kThreads, kElems> tile;
-    tile.load(in, cols, aligned16(in), threadIdx.x, -INFINITY);
-    softmax_tile(tile, BlockAllReduce<kThreads>{scratch});
-    tile.store(o, cols, aligned16(o), threadIdx.x);
-  }
+  RowTile<T, kThreads, kElems> tile;
+  tile.template load<kWhole>(x + blockIdx.x * x_stride, cols, threadIdx.x, -INFINITY);
+  softmax_tile(tile, BlockAllReduce<kThreads>{scratch});
+  tile.template store<kWhole>(out + blockIdx.x * cols, cols, threadIdx.x);
 }
 
-template <typename T, int kElems>
+template <typename T, int kElems, bool kWhole>
 __global__ void __launch_bounds__(kWarpRowThreads)
 backward_warp_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
                   T* __restrict__ dx, int64_t rows, int64_t cols) {
@@ -366,30 +372,22 @@ backward_warp_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict
   const int lane = threadIdx.x % 32;
   const int64_t step = int64_t(gridDim.x) * kWarps;
   for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows; row += step) {
-    const T* yr = y + row * y_stride;
-    const T* gr = dy + row * dy_stride;
-    T* o = dx + row * cols;
     RowTile<T, 32, kElems> ty, tg;
-    load_pair(ty, yr, aligned16(yr), tg, gr, aligned16(gr), cols, lane);
+    load_pair<kWhole>(ty, y + row * y_stride, tg, dy + row * dy_stride, cols, lane);
     backward_tile(ty, tg, WarpAllReduce{});
-    tg.store(o, cols, aligned16(o), lane);
+    tg.template store<kWhole>(dx + row * cols, cols, lane);
   }
 }
 
-template <typename T, int kThreads, int kElems, int kMinBlocks>
+template <typename T, int kThreads, int kElems, int kMinBlocks, bool kWhole>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
 backward_block_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
-                   T* __restrict__ dx, int64_t rows, int64_t cols) {
+                   T* __restrict__ dx, int64_t cols) {
   __shared__ float scratch[kThreads / 32];
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* yr = y + row * y_stride;
-    const T* gr = dy + row * dy_stride;
-    T* o = dx + row * cols;
-    RowTile<T, kThreads, kElems> ty, tg;
-    load_pair(ty, yr, aligned16(yr), tg, gr, aligned16(gr), cols, threadIdx.x);
-    backward_tile(ty, tg, BlockAllReduce<kThreads>{scratch});
-    tg.store(o, cols, aligned16(o), threadIdx.x);
-  }
+  RowTile<T, kThreads, kElems> ty, tg;
+  load_pair<kWhole>(ty, y + blockIdx.x * y_stride, tg, dy + blockIdx.x * dy_stride, cols, threadIdx.x);
+  backward_tile(ty, tg, BlockAllReduce<kThreads>{scratch});
+  tg.template store<kWhole>(dx + blockIdx.x * cols, cols, threadIdx.x);
 }
 
 // The register tiles: warp(kElems) runs a warp per row, block(kThreads, kElems, kMinBlocks) a
@@ -448,37 +446,72 @@ bool pick_backward_tile(int64_t cols, Warp warp, Block block) {
   return true;
 }
 
+// Every row of a rows x cols view with this row stride starts on 16 bytes.
+template <typename T>
+bool rows_aligned(const T* p, int64_t stride) {
+  return aligned16(p) && stride % kVec<T> == 0;
+}
+
+// f(std::bool_constant<whole>): whole when every row of every tensor starts on 16 bytes and cols
+// is a multiple of the vector width (the tiles' branch-free path).
+template <typename F>
+void by_wholeness(bool whole, F f) {
+  if (whole) f(std::true_type{});
+  else f(std::false_type{});
+}
+
+// Block-per-row grids, 2^31 - 1 rows a launch: launch(first row, blocks).
+template <typename Launch>
+void for_row_blocks(int64_t rows, Launch launch) {
+  for (int64_t first = 0; first < rows; first += INT32_MAX)
+    launch(first, unsigned(std::min<int64_t>(rows - first, INT32_MAX)));
+}
+
 template <typename T>
 bool launch_forward_in_registers(const T* x, int64_t x_stride, T* out, int64_t rows, int64_t cols,
                                  cudaStream_t stream) {
+  const bool whole = cols % kVec<T> == 0 && rows_aligned(x, x_stride) && aligned16(out);
   return pick_forward_tile<T>(
       cols,
       [&](auto elems) {
-        constexpr int kElems = decltype(elems)::value;
-        softmax_warp_row<T, kElems><<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(
-            x, x_stride, out, rows, cols);
+        by_wholeness(whole, [&](auto w) {
+          softmax_warp_row<T, decltype(elems)::value, decltype(w)::value>
+              <<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(x, x_stride, out, rows, cols);
+        });
       },
       [&](auto threads, auto elems, auto min_blocks) {
-        constexpr int kThreads = decltype(threads)::value, kElems = decltype(elems)::value;
-        softmax_block_row<T, kThreads, kElems, decltype(min_blocks)::value>
-            <<<row_grid(rows), kThreads, 0, stream>>>(x, x_stride, out, rows, cols);
+        constexpr int kThreads = decltype(threads)::value;
+        by_wholeness(whole, [&](auto w) {
+          for_row_blocks(rows, [&](int64_t first, unsigned blocks) {
+            softmax_block_row<T, kThreads, decltype(elems)::value, decltype(min_blocks)::value, decltype(w)::value>
+                <<<blocks, kThreads, 0, stream>>>(x + first * x_stride, x_stride, out + first * cols, cols);
+          });
+        });
       });
 }
 
 template <typename T>
 bool launch_backward_in_registers(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
                                   int64_t rows, int64_t cols, cudaStream_t stream) {
+  const bool whole = cols % kVec<T> == 0 && rows_aligned(y, y_stride) && rows_aligned(dy, dy_stride) && aligned16(dx);
   return pick_backward_tile<T>(
       cols,
       [&](auto elems) {
-        constexpr int kElems = decltype(elems)::value;
-        backward_warp_row<T, kElems><<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(
-            y, y_stride, dy, dy_stride, dx, rows, cols);
+        by_wholeness(whole, [&](auto w) {
+          backward_warp_row<T, decltype(elems)::value, decltype(w)::value>
+              <<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(y, y_stride, dy, dy_stride, dx,
+                                                                                      rows, cols);
+        });
       },
       [&](auto threads, auto elems, auto min_blocks) {
-        constexpr int kThreads = decltype(threads)::value, kElems = decltype(elems)::value;
-        backward_block_row<T, kThreads, kElems, decltype(min_blocks)::value>
-            <<<row_grid(rows), kThreads, 0, stream>>>(y, y_stride, dy, dy_stride, dx, rows, cols);
+        constexpr int kThreads = decltype(threads)::value;
+        by_wholeness(whole, [&](auto w) {
+          for_row_blocks(rows, [&](int64_t first, unsigned blocks) {
+            backward_block_row<T, kThreads, decltype(elems)::value, decltype(min_blocks)::value, decltype(w)::value>
+                <<<blocks, kThreads, 0, stream>>>(y + first * y_stride, y_stride, dy + first * dy_stride, dy_stride,
+                                                  dx + first * cols, cols);
+          });
+        });
       });
 }
 

@@ -5,7 +5,6 @@
 //   inbox_total                    the inbox merged in a fixed order: the same bits in every CTA
 //   launch_cluster_rows            cudaLaunchKernelEx with clusters, past 8 CTAs (the portable
 //                                  size) by opting in, grids of at most 2^31 - 1 CTAs
-//   rows_aligned                   every row of a view starts on 16 bytes
 #pragma once
 
 #include <algorithm>
@@ -95,12 +94,6 @@ cudaError_t launch_cluster_rows(Kernel kernel, int64_t rows, int ranks, int thre
     status = launch_rows(config, first);
   }
   return status;
-}
-
-// Every row of a rows x cols view with this row stride starts on 16 bytes.
-template <typename T>
-bool rows_aligned(const T* p, int64_t stride) {
-  return aligned16(p) && stride % kVec<T> == 0;
 }
 
 }  // namespace rosetta::softmax
