@@ -17,10 +17,12 @@ Why:      step 7's 16-bit forward keeps 64 KB per SM in flight: two CTAs of 512 
           bf16 rows of 131,072 (8 CTAs a row), 3 x 64 KB for fp32 rows of 262,144 (16 a row).
           Shared-memory reads are cheap next to DRAM: three 32 KB passes take ~1.5 us of an
           SM's 128 B/clk, against ~11 us to bring 32 KB x 6 CTAs from DRAM at 1/132 of 3 TB/s.
-Still:    the backward needs two slices per CTA (y and dy): 64 KB for bf16 rows of 131,072
-          (3 CTAs per SM) and 128 KB for fp32 rows of 262,144 (one CTA per SM, which idles
-          between its copy and its writes, as step 7's fp32 backward does). Each CTA still
-          lives for one row, so its exchange is exposed unless another CTA on the SM is loading.
+Still:    a CTA's copy lands whole before any thread starts, then three passes over shared
+          memory and the exchange leave its SM's DRAM traffic to the other CTAs: fp32 rows of
+          262,144 run slower here than in step 7's registers (512 threads a CTA hide it better),
+          and so do both backwards, which need y's and dy's slices (bf16 rows of 131,072: 3 CTAs
+          of 64 KB per SM; fp32 rows of 262,144: one CTA of 128 KB, idle between its phases).
+          Each CTA lives for one row; a persistent CTA copying the next row measured slower.
 Limits:   none: rows that are not whole 16-byte vectors from 16-byte-aligned starts, or that
           need more than 16 CTAs of ~226 KB, take step 4's kernels; rows that step 5's register
           tiles hold take them.
