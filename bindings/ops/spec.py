@@ -115,9 +115,6 @@ class OpSpec:
     test_shapes: tuple[Shape, ...]  # GPU: every step x dtype x these (each with a comment in the spec)
     cpu_shapes: tuple[Shape, ...]  # CPU: Triton steps under the interpreter, small
     backward: Direction | None = None
-    # Under compute-sanitizer (kernels run 10-100x slower): these small shapes, one per code path;
-    # () takes the first test shapes that are small.
-    sanitize_shapes: tuple[Shape, ...] = ()
     # Autograd through the same step: setup(ctx, inputs, output) and grads(step_ops, ctx, grad) ->
     # one gradient per input (None where not needed); step_ops.forward / .backward are that
     # step's torch ops. None: the op is not differentiable.
