@@ -12,8 +12,12 @@ Changed:  the row is read once, kept on the SM while its max and sum are reduced
                                vectors at a time (128 B in flight per thread), folding them
                                into step 4's online (max, sum) pair on the way in.
             longer             step 4's online kernel: 2 reads + 1 write.
-          All tiles load every vector before using any. Backward: y and dy both stay on chip
-          (registers, or shared memory up to ~226 KB for the two): 2 reads + 1 write.
+          All tiles load every vector before using any; where every row starts on 16 bytes and
+          cols is a multiple of the vector width (the host checks), the register tiles run an
+          instantiation with one predicated 16-byte load per vector and no branch, and the
+          backward issues all of y's and dy's loads before converting any. Backward: y and dy
+          both stay on chip (registers, or shared memory up to ~226 KB for the two): 2 reads +
+          1 write.
 Why:      2 reads + 1 write (3n) -> 1 read + 1 write (2n), the minimum: up to 3/2 faster where
           the second read came from DRAM, and for short rows it removes the L2 re-read that
           held step 4 below the DRAM ceiling. Bytes in flight: fp32 4096 x 4096 runs 256-thread
