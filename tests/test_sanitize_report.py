@@ -1,8 +1,11 @@
-"""compute-sanitizer output -> per-step rows and tables (bench/sanitize_report.py), on CPU.
+"""compute-sanitizer output -> per-step rows and tables (bench/sanitize_report.py), on CPU; and the
+run pool's one restart of a run that hangs (bench/sanitize.py).
 
 The fixtures are in compute-sanitizer's format (`========= ` headlines, indented details, the closing
 summary) interleaved with the driver's ROSETTA-STEP markers, as `make sanitize` logs them."""
 import csv
+import os
+import time
 from pathlib import Path
 
 from rosetta.bench import sanitize_report as report
@@ -147,3 +150,21 @@ def test_markdown_table_and_csv(tmp_path):
     bad = [r for r in rows if r["errors"] != "0"]
     assert [(r["tool"], r["step"]) for r in bad] == [("memcheck", "vector_add/cuda/03_vectorized"),
                                                      ("racecheck", "vector_add/cuda/01_naive")]
+
+
+def test_a_run_that_hangs_is_started_once_more(tmp_path):
+    """The first start sleeps past its limit (a hung sanitizer); the second finishes: on_done sees
+    the second, the first log is kept beside it, and on_retry names the task."""
+    from rosetta.bench.sanitize import Pool, Task, retry_note
+
+    marker = tmp_path / "started"
+    script = f"if [ -e {marker} ]; then echo second; else touch {marker}; echo first; sleep 30; fi"
+    log = tmp_path / "run.log"
+    done, again = [], []
+    pool = Pool(jobs=2, timeout=1.0, deadline=time.monotonic() + 120, env=dict(os.environ), cwd=tmp_path)
+    pool.run([Task("memcheck softmax cuda", ["sh", "-c", script], log, retries=1)],
+             lambda name, rc, timed_out, seconds: done.append((name, rc, timed_out)), again.append)
+    assert again == ["memcheck softmax cuda"]
+    assert done == [("memcheck softmax cuda", 0, False)]
+    assert "second" in log.read_text() and "first" in (tmp_path / "run.log.timed-out").read_text()
+    assert "memcheck softmax cuda" in retry_note(again, 120)[0] and retry_note([], 120) == []
