@@ -12,7 +12,7 @@ import rosetta
 from rosetta.ops import SPECS
 from rosetta.registry import REPO
 
-from . import ceilings, claims, environment, markers, results, tables
+from . import ceilings, claims, environment, markers, results, sanitize_report, tables
 
 README = REPO / "README.md"
 
@@ -87,12 +87,11 @@ def readme_blocks(folder) -> dict:
 
 
 def _sanitize_total(text: str) -> str:
-    """The report's total line, and how many runs needed a second start (sanitize.retry_note)."""
-    lines = text.splitlines()
-    total = [line for line in lines if line.lower().startswith(("**total", "total"))]
-    again = [line for line in lines if line.startswith("Started again after hanging")]
-    restarts = f" {again[0].count('.timed-out')} of them hung once and passed on a second start." if again else ""
-    return (total[0].strip("* ") + restarts) if total else "see the file"
+    """The report's total line, and how many runs needed a second start."""
+    total = [line for line in text.splitlines() if line.lower().startswith(("**total", "total"))]
+    again = sanitize_report.restarts(text)
+    restarted = f" {again} of them hung once and passed on a second start." if again else ""
+    return (total[0].strip("* ") + restarted) if total else "see the file"
 
 
 def update_file(path, blocks: dict) -> bool:

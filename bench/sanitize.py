@@ -163,7 +163,7 @@ class Pool:
                             task.log.replace(task.log.with_name(task.log.name + ".timed-out"))
                             running.remove(item)
                             restarted = self._start(task, min(task.timeout or self.timeout, left))
-                            if restarted is not None:
+                            if restarted is not None:  # None: could not start (its log says why)
                                 running.append(restarted)
                                 on_retry(name)
                                 continue
@@ -193,14 +193,6 @@ class Pool:
             handle.close()
             return None
         return task.name, proc, handle, time.monotonic(), limit
-
-
-def retry_note(retried: list[str], timeout: float) -> list[str]:
-    """The report's line on runs that timed out once and were started again ([] when none)."""
-    if not retried:
-        return []
-    names = ", ".join(f"{name} (.build/sanitize/{name.replace(' ', '-')}.log.timed-out)" for name in retried)
-    return [f"Started again after hanging past the {timeout:.0f} s limit: {names}; the table shows the second run."]
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -280,7 +272,7 @@ def main(argv=None) -> int:
     # other slots meanwhile. (The caching allocator stays on there: it is not under the sanitizer.)
     warm = {op: [Task(f"warm {v.label}", driver(op, "triton", args.shapes, v.step),
                       log_dir / f"warm-{v.label.replace('/', '-')}.log",
-                      env={"PYTORCH_NO_CUDA_MEMORY_CACHING": None}, timeout=min(WARM_TIMEOUT, args.timeout))
+                      env={"PYTORCH_NO_CUDA_MEMORY_CACHING": None}, timeout=WARM_TIMEOUT)
                  for v in rosetta.variants(op, "triton")] for _, op, b in jobs if b == "triton" and op != SELFCHECK}
     tasks = [Task(name, argv, logs[name]) for name, argv in commands.items() if SELFCHECK in name]
     tasks += [task for group in warm.values() for task in group]
@@ -329,7 +321,7 @@ def main(argv=None) -> int:
     lines = [shlex.join(cmd) for cmd in commands.values()]
     lines = [f"{k}={v}" for k, v in CHILD_ENV.items()] + [line.replace(str(REPO) + "/", "") for line in lines]
     text = report.markdown(ordered, tools, commands=lines, date=env_info["date_utc"] + " UTC",
-                           gpu=env_info["gpu"], notes=[check, *retry_note(retried, args.timeout)])
+                           gpu=env_info["gpu"], notes=[check, *report.restart_note(retried, args.timeout)])
     text += (f"\nLogs: {log_dir.relative_to(REPO)}/ (not committed). Driver: {sys.executable} "
              f"-m rosetta.bench.sanitize_driver; git {env_info['git_sha']}, torch {env_info['torch']}, "
              f"triton {env_info['triton']}, driver {env_info['driver']}.\n")

@@ -256,6 +256,23 @@ def markdown(runs: list[Run], tools: tuple[str, ...], *, commands: list[str], da
     return "\n".join(out)
 
 
+RESTART_NOTE = "Started again after hanging past the"
+
+
+def restart_note(restarted: list[str], timeout: float) -> list[str]:
+    """The report's line on runs that timed out once and were started again ([] when none)."""
+    if not restarted:
+        return []
+    names = ", ".join(f"{name} (.build/sanitize/{name.replace(' ', '-')}.log.timed-out)" for name in restarted)
+    return [f"{RESTART_NOTE} {timeout:.0f} s limit: {names}; the table shows the second run."]
+
+
+def restarts(text: str) -> int:
+    """How many runs a report's restart_note names (0 without one)."""
+    note = [line for line in text.splitlines() if line.startswith(RESTART_NOTE)]
+    return note[0].count(".timed-out") if note else 0
+
+
 def total_line(runs: list[Run]) -> str:
     errors = sum(r.errors for run in runs for r in run.rows)
     warnings = sum(r.warnings for run in runs for r in run.rows)

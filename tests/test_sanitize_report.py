@@ -155,7 +155,7 @@ def test_markdown_table_and_csv(tmp_path):
 def test_a_run_that_hangs_is_started_once_more(tmp_path):
     """The first start sleeps past its limit (a hung sanitizer); the second finishes: on_done sees
     the second, the first log is kept beside it, and on_retry names the task."""
-    from rosetta.bench.sanitize import Pool, Task, retry_note
+    from rosetta.bench.sanitize import Pool, Task
 
     marker = tmp_path / "started"
     script = f"if [ -e {marker} ]; then echo second; else touch {marker}; echo first; sleep 30; fi"
@@ -167,4 +167,6 @@ def test_a_run_that_hangs_is_started_once_more(tmp_path):
     assert again == ["memcheck softmax cuda"]
     assert done == [("memcheck softmax cuda", 0, False)]
     assert "second" in log.read_text() and "first" in (tmp_path / "run.log.timed-out").read_text()
-    assert "memcheck softmax cuda" in retry_note(again, 120)[0] and retry_note([], 120) == []
+    note = report.restart_note(again, 120)
+    assert "memcheck softmax cuda" in note[0] and report.restart_note([], 120) == []
+    assert report.restarts("\n".join(["**Total: ...**", *note])) == 1 and report.restarts("no note") == 0

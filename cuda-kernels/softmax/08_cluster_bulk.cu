@@ -51,7 +51,7 @@ struct SliceOf {
 template <typename T>
 __device__ __forceinline__ SliceOf slice_of(int rank, int ranks, int cols, int slice) {
   const int begin = rank * slice;
-  return {blockIdx.x / ranks, begin, (min(slice, cols - begin)) / sm::kVec<T>};
+  return {blockIdx.x / ranks, begin, min(slice, cols - begin) / sm::kVec<T>};
 }
 
 template <typename T>
@@ -152,7 +152,8 @@ bool plan_clusters(int64_t cols, int tensors, bool aligned, int& ranks, int& sli
   constexpr int V = sm::kVec<T>;
   const int64_t r = std::min<int64_t>(rosetta::ceil_div(cols * int64_t(sizeof(T)), kSliceBytes), sm::kMaxCluster);
   const int64_t s = rosetta::ceil_div(rosetta::ceil_div(cols, r), V) * V;
-  if (!aligned || cols % V != 0 || tensors * s * int64_t(sizeof(T)) > sm::max_dynamic_smem() - 2048) return false;
+  constexpr int64_t kStatic = 2048;  // room for the inbox (at most 1 KB) and the barriers
+  if (!aligned || cols % V != 0 || tensors * s * int64_t(sizeof(T)) > sm::max_dynamic_smem() - kStatic) return false;
   ranks = int(rosetta::ceil_div(cols, s));  // no CTA without elements
   slice = int(s);
   return true;
