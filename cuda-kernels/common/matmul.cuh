@@ -70,15 +70,20 @@ __device__ __forceinline__ float4 load4(const float* p, int valid) {
 // resident together share a few rows of a and a few columns of b in L2 (Triton's GROUP_M order):
 // a wave of W blocks reads ~kGroupM row panels of a and W / kGroupM column panels of b, instead
 // of W / tiles_n rows of a and every column panel of b.
+// `index` is the tile's place in that order (blockIdx.x unless a step schedules tiles itself).
 template <int kGroupM>
-__device__ __forceinline__ void tile_coords(int tiles_m, int tiles_n, int& tm, int& tn) {
+__device__ __forceinline__ void tile_coords(int index, int tiles_m, int tiles_n, int& tm, int& tn) {
   const int per_group = kGroupM * tiles_n;
-  const int group = blockIdx.x / per_group;
+  const int group = index / per_group;
   const int first_m = group * kGroupM;
   const int rows = min(tiles_m - first_m, kGroupM);  // the last group may be short
-  const int in_group = blockIdx.x - group * per_group;
+  const int in_group = index - group * per_group;
   tm = first_m + in_group % rows;
   tn = in_group / rows;
+}
+template <int kGroupM>
+__device__ __forceinline__ void tile_coords(int tiles_m, int tiles_n, int& tm, int& tn) {
+  tile_coords<kGroupM>(blockIdx.x, tiles_m, tiles_n, tm, tn);
 }
 
 // The register tile of one thread in a 64 x 64 warp tile (step 7): the 32 lanes form 8 rows x 4
@@ -129,27 +134,34 @@ struct ThreadTile {
     fma(f);
   }
 
-  // Masked stores of the tile whose warp tile starts at (m0, n0) of out; 16-byte stores where
-  // out's rows allow them (vec: N % 4 == 0 and out 16-byte aligned) and the piece is inside.
+  // Where acc[i][4 * j4 .. 4 * j4 + 3] sits in the warp tile.
+  __device__ __forceinline__ int row_of(int i) const { return 32 * (i / 4) + row + i % 4; }
+  __device__ __forceinline__ int col_of(int j4) const { return 16 * j4 + col; }
+
+  // out[m][n .. n + 3] = v, masked at the edges: one 16-byte store where out's rows allow it
+  // (vec: N % 4 == 0 and out 16-byte aligned) and the piece is inside.
+  __device__ __forceinline__ static void store4(const MatmulProblem& p, int m, int n, float4 v, bool vec) {
+    if (m >= p.M) return;
+    float* out = p.out + int64_t(m) * p.N + n;  // int64: m * N passes 2^31 for big outputs
+    if (vec && n + 3 < p.N) {
+      *reinterpret_cast<float4*>(out) = v;
+    } else {
+      const float f[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj)
+        if (n + jj < p.N) out[jj] = f[jj];
+    }
+  }
+
+  // Masked stores of the tile whose warp tile starts at (m0, n0) of out.
   __device__ __forceinline__ void store(const MatmulProblem& p, int m0, int n0, bool vec) const {
 #pragma unroll
-    for (int i = 0; i < kM; ++i) {
-      const int m = m0 + 32 * (i / 4) + row + i % 4;
-      if (m >= p.M) continue;
-      float* out_row = p.out + int64_t(m) * p.N;  // int64: m * N passes 2^31 for big outputs
+    for (int i = 0; i < kM; ++i)
 #pragma unroll
       for (int j = 0; j < kN / 4; ++j) {
-        const int n = n0 + 16 * j + col;
-        if (vec && n + 3 < p.N) {
-          *reinterpret_cast<float4*>(out_row + n) =
-              make_float4(acc[i][4 * j], acc[i][4 * j + 1], acc[i][4 * j + 2], acc[i][4 * j + 3]);
-        } else {
-#pragma unroll
-          for (int jj = 0; jj < 4; ++jj)
-            if (n + jj < p.N) out_row[n + jj] = acc[i][4 * j + jj];
-        }
+        const float* a = &acc[i][4 * j];
+        store4(p, m0 + row_of(i), n0 + col_of(j), make_float4(a[0], a[1], a[2], a[3]), vec);
       }
-    }
   }
 };
 
