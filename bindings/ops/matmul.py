@@ -124,10 +124,10 @@ SPEC = OpSpec(
     sweep_dtype=torch.float32,
     test_shapes=(
         (1, 1, 1),  # a single multiply-add
-        (1, 64, 1),  # one dot product of length 64: the whole K loop for one output
         (17, 33, 65),  # every dimension prime-ish, none a tile multiple
-        (1000, 1, 999),  # K = 1: one rank-1 update, tiles mostly empty along K
         (129, 257, 513),  # one past a power of two everywhere: a ragged last tile in M, K and N
+        (1000, 1, 999),  # K = 1: one rank-1 update, tiles mostly empty along K
+        (1, 64, 1),  # one dot product of length 64: the whole K loop for one output
         (64, 4096, 8),  # long K, thin N: N smaller than any tile
         (3, 5000, 7),  # long K, tiny M and N
         (5, 0, 6),  # K = 0: the result is zeros
