@@ -124,8 +124,8 @@ SPEC = OpSpec(
     sweep_dtype=torch.float32,
     test_shapes=(
         (1, 1, 1),  # a single multiply-add
-        (17, 33, 65),  # every dimension prime-ish, none a tile multiple
         (129, 257, 513),  # one past a power of two everywhere: a ragged last tile in M, K and N
+        (17, 33, 65),  # every dimension prime-ish, none a tile multiple
         (1000, 1, 999),  # K = 1: one rank-1 update, tiles mostly empty along K
         (1, 64, 1),  # one dot product of length 64: the whole K loop for one output
         (64, 4096, 8),  # long K, thin N: N smaller than any tile
