@@ -35,7 +35,11 @@ ALL_TOOLS = TOOLS["cuda"]
 # Used where `compute-sanitizer --help` lists them (older/newer releases differ).
 COMMON_OPTIONS = [("--print-limit", "50"),  # a broken step prints thousands of identical errors
                   ("--target-processes", "application-only"),  # not ninja/nvcc/ptxas children
-                  ("--show-backtrace", "device")]  # host frames are Python internals: the marker says more
+                  ("--show-backtrace", "device"),  # host frames are Python internals: the marker says more
+                  # the sanitized Python process must connect within this many seconds; at the default
+                  # (10 s) a start slowed by the parallel runs missed it ("No attachable process
+                  # found") and the run then hung instead of failing
+                  ("--launch-timeout", "90")]
 TOOL_OPTIONS = {
     # keep going after a bad access (the default destroys the context: every later step would fail)
     "memcheck": [("--destroy-on-device-error", "kernel"), ("--padding", "512")],
@@ -277,8 +281,9 @@ def main(argv=None) -> int:
     tasks = [Task(name, argv, logs[name]) for name, argv in commands.items() if SELFCHECK in name]
     tasks += [task for group in warm.values() for task in group]
     # A sanitized process has hung now and then on the H100 (a different run each time, which passes
-    # in seconds on its next start): each run gets one more start after a timeout, and the report
-    # names the runs that needed it.
+    # in seconds on its next start; one such log read "No attachable process found", the reason for
+    # --launch-timeout above): each run gets one more start after a timeout, and the report names
+    # the runs that needed it.
     tasks += [Task(name, argv, logs[name], after=tuple(t.name for t in warm.get(name.split()[1], []))
                    if name.endswith(" triton") else (), retries=1)
               for name, argv in commands.items() if SELFCHECK not in name]
