@@ -105,8 +105,8 @@ __device__ void finish_split(const ThreadTile& tile, const rosetta::MatmulProble
   const int t = threadIdx.x, tail_block = blockIdx.x - ts.full;
   const int unit = tail_block / ts.splits, split = tail_block % ts.splits;
   // Element q of thread t of split s at [s][q][t]: each store and load is one coalesced row.
-  const float4* const slots = ts.partials + int64_t(unit) * ts.splits * kPartial4 * kThreads + t;
-  float4* const mine = const_cast<float4*>(slots) + split * kPartial4 * kThreads;
+  float4* const slots = ts.partials + int64_t(unit) * ts.splits * kPartial4 * kThreads + t;
+  float4* const mine = slots + split * kPartial4 * kThreads;
   constexpr int kPerRow = ThreadTile::kN / 4;
 #pragma unroll
   for (int q = 0; q < kPartial4; ++q) {
@@ -229,8 +229,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) matmul_pipelined(roset
 }
 
 // b (K x N, row stride ldb) -> dst (K x ld4, ld4 = N rounded up to 4 floats): a thread per column
-// vector and grid row, 4-byte loads that a warp coalesces, a 16-byte store. Columns past N are
-// never read by the GEMM (its copies zero-fill them), so they stay unwritten.
+// vector and grid row, 4-byte loads that a warp coalesces, a 16-byte store. The padding columns
+// of a row's last vector are written as zeros (load4), though the GEMM's copies never read them.
 __global__ void repack_rows(const float* __restrict__ b, int64_t ldb, float* __restrict__ dst, int64_t ld4, int N,
                             int K) {
   const int col = 4 * int(blockIdx.x * blockDim.x + threadIdx.x);
