@@ -127,6 +127,24 @@ struct ThreadTile {
       for (int j = 0; j < kN; ++j) acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
   }
 
+  // The same FFMAs column by column, every other column's rows in reverse (step 8). An FFMA
+  // whose operand repeats the previous FFMA's in the same slot reads it from the operand reuse
+  // cache instead of the register file: here b[j] repeats for 8 FFMAs and a[i] across each turn,
+  // so fewer register-file reads contend for its banks. Which columns go first changes how ptxas
+  // assigns registers, and with it the bank conflicts left: starting at the middle column
+  // measured best of the orders tried (see step 8's header).
+  __device__ __forceinline__ void fma_by_columns(const Fragment& f) {
+#pragma unroll
+    for (int c = 0; c < kN; ++c) {
+      const int j = (c + kN / 2) % kN;
+#pragma unroll
+      for (int r = 0; r < kM; ++r) {
+        const int i = c % 2 ? kM - 1 - r : r;
+        acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
+      }
+    }
+  }
+
   // One k-step, loads then FMAs.
   __device__ __forceinline__ void fma(const float* as, const float* bs) {
     Fragment f;
