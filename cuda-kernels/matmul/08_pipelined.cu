@@ -288,7 +288,9 @@ StreamK plan_stream_k(const rosetta::MatmulArgs& args, int tiles, int tiles_k) {
   const int dp_tiles = std::max(waves - 1, 0) * slots, sk_tiles = tiles - dp_tiles;
   const int64_t sk_iters = int64_t(sk_tiles) * tiles_k;
   const int sk_blocks = int(std::min<int64_t>(slots, sk_iters / kMinSplitTiles));
-  if (waves == 0 && sk_blocks <= sk_tiles) return data_parallel;  // no block would get less than a tile
+  // With a full wave before them, the stream-K blocks must be one per slot (short K cannot give
+  // them kMinSplitTiles each otherwise); alone, they must split tiles, or the tiles stay whole.
+  if (waves > 0 ? sk_blocks < slots : sk_blocks <= sk_tiles) return data_parallel;
   const int64_t ticket_floats = rosetta::ceil_div(sk_tiles, 4) * 4;  // partials stay 16-byte aligned
   float* ws = args.workspace.get<float>(ticket_floats + int64_t(2 * sk_blocks) * kPartial4 * kThreads * 4);
   return {dp_tiles, sk_blocks, sk_iters, reinterpret_cast<unsigned*>(ws), reinterpret_cast<float4*>(ws + ticket_floats)};
