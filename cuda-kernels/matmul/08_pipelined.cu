@@ -24,21 +24,21 @@ Why:      in step 7 a block's global latency (~1 us per tile from L2/DRAM) sat b
           Wave quantization: 3000^3 is 288 tiles = 2 waves + 24 on 132 SMs, and a third of the
           time ran 24 SMs (0.74x cuBLAS); 4096^3 is 3 waves + 116, 16 SMs idle in the last
           wave (4224 x 4096 x 4096, exactly 4 waves, ran 2-3% faster per flop). A first version
-          split only the tail tiles (3000^3: 1.67 -> 1.27 ms), which cannot help 4096^3; stream-K
+          split only the tail tiles (3000^3: 1.67 -> 1.27 ms), which cannot help 4096^3. Stream-K
           over the last two waves gives every SM (132 + tail) / 132 tiles of work: predicted
-          +3.1% at 4096^3, measured +1.5-2.7% (3.07-3.11 -> 3.03-3.05 ms), 3000^3 and 4097 x 4095 x 4099
-          as the tail split. b with N = 4099 took 4x the copy instructions, ~6% per wave; the
-          repack (one read and one write of b) took 4097 x 4095 x 4099 to 0.87x cuBLAS.
+          +3.1% at 4096^3, measured +1.5-2.7% (3.07-3.11 -> 3.03-3.05 ms); 3000^3 and
+          4097 x 4095 x 4099 as with the tail split. b with N = 4099 took 4x the copy
+          instructions, ~6% per wave; the repack (one read and one write of b) took
+          4097 x 4095 x 4099 to 0.87x cuBLAS.
           FFMA order: cuBLAS's SGEMM here (sm80_xmma_gemm_..._tilesize256x128x8_warpsize4x2x1)
           runs the same 128 x 256 tile of 8 64 x 64 warps, 1 block per SM, with the same
           instruction count (2.43 G at 4096^3), but issues on 91% of scheduler cycles to our
           77%; ncu's stalls per instruction: dispatch 0.22 vs 0.10 and wait 0.11 vs 0.01,
-          register-file bank conflicts. In row order a[i] repeats for 16 FFMAs, yet ptxas set
-          reuse flags on 1707 of 2048 and left 463 FFMAs with two register-file reads in one
-          bank (reg % 2); column order with serpentine rows: 2111 reuse flags, 348 such FFMAs,
-          4096^3 0.873x -> 0.900x cuBLAS. Starting at column 0 instead gave ptxas a 212-register
-          allocation with 1082 conflicting FFMAs and 0.827x: the allocation, not the arithmetic,
-          moves the needle.
+          register-file bank conflicts. Counted in the SASS (4 banks, reg % 4; an operand that
+          the previous FFMA flagged .reuse is not read), row order costs 359 extra bank reads
+          per k-tile; column order with serpentine rows 163: 4096^3 0.873x -> 0.900x cuBLAS.
+          Starting at column 0 instead gave ptxas a 212-register allocation costing 716 and
+          0.827x: the allocation, not the arithmetic, moves the needle.
 Still:    ~70% of FFMA peak where cuBLAS's SASS reaches ~79%: register allocation is ptxas's,
           and CUDA C can only steer it by the order of the FFMAs. The stream-K pieces pay a round
           trip through L2 and a pipeline fill each. FP32 FFMA tops out at ~60-67 TFLOP/s however
@@ -293,7 +293,8 @@ StreamK plan_stream_k(const rosetta::MatmulArgs& args, int tiles, int tiles_k) {
   if (waves > 0 ? sk_blocks < slots : sk_blocks <= sk_tiles) return data_parallel;
   const int64_t ticket_floats = rosetta::ceil_div(sk_tiles, 4) * 4;  // partials stay 16-byte aligned
   float* ws = args.workspace.get<float>(ticket_floats + int64_t(2 * sk_blocks) * kPartial4 * kThreads * 4);
-  return {dp_tiles, sk_blocks, sk_iters, reinterpret_cast<unsigned*>(ws), reinterpret_cast<float4*>(ws + ticket_floats)};
+  return {dp_tiles, sk_blocks, sk_iters, reinterpret_cast<unsigned*>(ws),
+          reinterpret_cast<float4*>(ws + ticket_floats)};
 }
 
 }  // namespace
@@ -310,7 +311,8 @@ cudaError_t matmul_08_pipelined(const rosetta::MatmulArgs& args, cudaStream_t st
     }
     const int tiles = int(rosetta::ceil_div(p.M, kBM) * rosetta::ceil_div(p.N, kBN));
     const StreamK sk = plan_stream_k(args, tiles, int(rosetta::ceil_div(p.K, kBK)));
-    if (sk.sk_blocks > 0 && cudaMemsetAsync(sk.tickets, 0, (tiles - sk.dp_tiles) * sizeof(unsigned), stream) != cudaSuccess) return;
+    const size_t ticket_bytes = (tiles - sk.dp_tiles) * sizeof(unsigned);
+    if (sk.sk_blocks > 0 && cudaMemsetAsync(sk.tickets, 0, ticket_bytes, stream) != cudaSuccess) return;
     const int blocks = sk.sk_blocks > 0 ? sk.dp_tiles + sk.sk_blocks : tiles;
     // Over 48 KB of dynamic shared memory needs an opt-in per kernel (per device: every call).
     if (cudaFuncSetAttribute(matmul_pipelined, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess) return;
