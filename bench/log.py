@@ -18,15 +18,22 @@ LOG = REPO / "KERNEL_LOG.md"
 PLACEHOLDER = "_not written yet_"
 
 
-def step_block(v, rows, ncu_rows) -> str:
+def step_block(v, rows, ncu_rows, run_sha: str | None = None) -> str:
+    """`run_sha`: set when the step's source changed after that bench run (the rows are older)."""
     h = v.header
     dtypes = ", ".join(str(d).removeprefix("torch.") for d in v.dtypes)
     text = [f"- **Changed:** {h.changed}", f"- **Why:** {h.why}", f"- **Still:** {h.still}",
             f"- **Limits:** {h.limits}", f"- **Takes:** {dtypes}; layout `{v.layout}`"
             + (f"; {', '.join(f'{q} <= {m:,}' for q, m in v.bounds)}" if v.bounds else "")]
+    if h.roofline:
+        text.append(f"- **Roofline:** {h.roofline}")
     if h.mirrors:
         text.append(f"- **Mirrors:** {h.mirrors}")
-    text += [f"- **Source:** [`{v.source}`]({v.source})", ""]
+    text.append(f"- **Source:** [`{v.source}`]({v.source})")
+    if run_sha:
+        text.append(f"- **Changed since the run:** the source differs from run {run_sha}'s; the "
+                    f"numbers below measured that earlier code")
+    text.append("")
     order = {key[:3]: i for i, key in enumerate(tables.headlines(v.op))}
     mine = sorted((r for r in rows if r["label"] == v.label and r["role"] == "headline"),
                   key=lambda r: order.get((r["direction"], r["shape"], r["dtype"]), len(order)))
@@ -117,11 +124,13 @@ def update(folder) -> bool:
     ncu_rows = ncu.read_table(folder / "ncu.csv")
     original = LOG.read_text() if LOG.exists() else "# KERNEL_LOG\n"
     text = ensure_sections(original)
+    sha = results.read_environment(folder / "environment.json").get("git_sha")
+    changed = {v.label for v in results.changed_since_run(folder, rosetta.variants())}
     for op in rosetta.ops_with_steps():
         text = order_steps(text, op)
         text = markers.replace(text, f"{op}/summary", op_block(op, rows, ncu_rows, folder))
         for v in rosetta.variants(op):
-            text = markers.replace(text, v.label, step_block(v, rows, ncu_rows))
+            text = markers.replace(text, v.label, step_block(v, rows, ncu_rows, sha if v.label in changed else None))
     if text != original:
         LOG.write_text(text)
     return text != original

@@ -55,6 +55,14 @@ def reference_results():
     return folders[0] if folders else None
 
 
+def _changed_note(folder, op, sha) -> str:
+    changed = results.changed_since_run(folder, rosetta.variants(op))
+    if not changed:
+        return ""
+    return (f"\n\nChanged since run {sha} (their rows measured the earlier code): "
+            + ", ".join(f"[`{v.label}`]({v.source})" for v in changed) + ".")
+
+
 def readme_blocks(folder) -> dict:
     rows = results.read_rows(folder / "bench.csv")
     env = results.read_environment(folder / "environment.json")
@@ -68,7 +76,7 @@ def readme_blocks(folder) -> dict:
             f"{env.get('date_utc')} UTC. \"% of measured ceiling\" divides by the best probe `make survey` "
             f"measured; \"% of theoretical peak\" by the datasheet arithmetic; \"error / tol.\" is the "
             f"worst elementwise error over the step's tolerance (1.00 = at the limit).\n\n"
-            + tables.op_tables(rows, op, folder))
+            + tables.op_tables(rows, op, folder) + _changed_note(folder, op, env.get("git_sha")))
     rel = Path(os.path.relpath(folder, REPO))
     if (folder / "hardware.md").exists():
         limits = ceilings.load(folder)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
 from pathlib import Path
 
 COLUMNS = [
@@ -76,3 +77,28 @@ def write_environment(path: Path, env: dict) -> None:
 
 def read_environment(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def changed_since_run(folder: Path, variants) -> list:
+    """The steps whose code (the file past its header comment) differs from the code at the bench
+    run's commit (git_sha in the folder's environment.json): their rows describe the earlier code.
+    Empty when git, or the commit, is not at hand (a tarball, a shallow clone)."""
+    from rosetta.registry import REPO
+
+    sha = read_environment(folder / "environment.json").get("git_sha")
+    if not sha:
+        return []
+    changed = []
+    for v in variants:
+        then = subprocess.run(["git", "-C", str(REPO), "show", f"{sha}:{v.source}"], capture_output=True, text=True)
+        if then.returncode == 0 and _code(then.stdout) != _code((REPO / v.source).read_text()):
+            changed.append(v)
+    return changed
+
+
+def _code(source: str) -> str:
+    """A step file without its leading header (a /* */ comment or a docstring)."""
+    for opening, closing in (("/*", "*/"), ('"""', '"""')):
+        if source.startswith(opening):
+            return source[source.find(closing, len(opening)) + len(closing):]
+    return source

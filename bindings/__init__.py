@@ -18,19 +18,19 @@ def _dtype(t):
 
 def vector_add(x, y, *, backend="triton", step=None):
     """x + y, elementwise; same shape and dtype (fp32, fp16, bf16)."""
-    return select("vector_add", backend, step, _dtype(x))(x, y)
+    return select("vector_add", backend, step, _dtype(x), (x, y))(x, y)
 
 
 def reduce_sum(x, *, backend="triton", step=None):
     """Sum of all elements as a 0-dim float32 tensor (fp32 accumulation)."""
-    return select("reduce_sum", backend, step, _dtype(x))(x)
+    return select("reduce_sum", backend, step, _dtype(x), (x,))(x)
 
 
 def softmax(x, *, backend="triton", step=None):
     """Softmax over the last dimension, any leading dimensions; differentiable."""
-    return select("softmax", backend, step, _dtype(x))(x)
+    return select("softmax", backend, step, _dtype(x), (x,))(x)
 
 
 def matmul(a, b, *, backend="triton", step=None):
     """(M, K) @ (K, N) with fp32 accumulation; the output has the inputs' dtype; differentiable."""
-    return select("matmul", backend, step, _dtype(a))(a, b)
+    return select("matmul", backend, step, _dtype(a), (a, b))(a, b)

@@ -30,6 +30,19 @@ def exceeded(v: Step, inputs: tuple) -> list[tuple[str, int, int]]:
     return [(q, limit, value) for q, limit in v.bounds if (value := bounds[q](*inputs)) > limit]
 
 
+def fits(v: Step, inputs: tuple) -> bool:
+    """False only when well-formed inputs pass one of v's declared limits (its `Max:` line):
+    how step=None skips a step that cannot take them. Malformed inputs count as fitting, so the
+    chosen step's own checks refuse them with their message."""
+    if not all(isinstance(t, torch.Tensor) for t in inputs) or inputs[0].dtype not in v.dtypes:
+        return True
+    try:
+        SPECS[v.op].check_shapes(v.label, *inputs)
+    except ValueError:
+        return True
+    return not exceeded(v, inputs)
+
+
 def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
     """Every bad input is refused here, before any launch, with what was expected.
     Order: argument types, dtypes, shapes, devices, the step's declared bounds."""
@@ -59,7 +72,7 @@ def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
     if over:
         quantity, limit, value = over[0]
         others = [s.step for s in all_steps() if s.op == v.op and s.backend == v.backend
-                  and not any(q == quantity and value > m for q, m in s.bounds)]
+                  and dtype in s.dtypes and not any(q == quantity and value > m for q, m in s.bounds)]
         what = " ".join((spec.bounds[quantity].__doc__ or "").split()).split(".")[0]
         raise ValueError(f"{v.label} takes {quantity} <= {limit}, got {quantity} = {value}"
                          + (f" ({what})" if what else "")

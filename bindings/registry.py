@@ -64,8 +64,10 @@ def ops_with_steps() -> list[str]:
     return [op for op in OPS if variants(op)]
 
 
-def best(op: str, backend: str, dtype=None) -> Variant:
-    """The step used when step=None: the last (most optimized) one that takes `dtype`."""
+def best(op: str, backend: str, dtype=None, inputs: tuple = ()) -> Variant:
+    """The step used when step=None: the last (most optimized) one that takes `dtype` and, given
+    `inputs`, whose declared limits they fit (a TMA step passes an fp16 K of 33 to the last step
+    that takes it; with no step left, the last one that takes `dtype` says why it refuses)."""
     ladder = variants(op, backend)
     if not ladder:
         raise ValueError(f"{op} has no {backend} steps yet")
@@ -75,13 +77,14 @@ def best(op: str, backend: str, dtype=None) -> Variant:
     if not taking:
         raise ValueError(f"no {op}/{backend} step takes {dtype}; the steps take "
                          f"{sorted({str(d) for v in ladder for d in v.dtypes})}")
-    return taking[-1]
+    fitting = [v for v in taking if dispatch.fits(v, inputs)] if inputs else taking
+    return (fitting or taking)[-1]
 
 
-def select(op: str, backend: str, step: int | None, dtype=None) -> Variant:
+def select(op: str, backend: str, step: int | None, dtype=None, inputs: tuple = ()) -> Variant:
     ladder = variants(op, backend)
     if step is None:
-        return best(op, backend, dtype)
+        return best(op, backend, dtype, inputs)
     if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(ladder):
         raise ValueError(f"{op}/{backend} has steps 1..{len(ladder)}, got step={step!r}")
     return ladder[step - 1]

@@ -1,7 +1,7 @@
 """Step discovery: every file `<backend-dir>/<op>/<NN>_<name>.<cu|py>` is a Step record.
 
 Nothing here is a hand-kept list. A step's header (Step/Changed/Why/Still/Limits, and optionally
-Dtypes/Layout/Max/Mirrors) is parsed from the file's leading comment or docstring: what a step
+Roofline/Dtypes/Layout/Max/Mirrors) is parsed from the file's leading comment or docstring: what a step
 takes is declared once, in its own file. Steps are plain records; running one is dispatch's job.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ SUFFIXES = {"cuda": ".cu", "triton": ".py"}
 STEP_FILE = re.compile(r"^(?P<num>\d\d)_(?P<name>[a-z0-9_]+)$")
 STEP_TITLE = re.compile(r"^Step\s+(?P<num>\d+)\s*[—-]+\s*(?P<title>.+)$")
 REQUIRED_FIELDS = ("Changed", "Why", "Still", "Limits")
-OPTIONAL_FIELDS = ("Dtypes", "Layout", "Max", "Mirrors")
+OPTIONAL_FIELDS = ("Roofline", "Dtypes", "Layout", "Max", "Mirrors")
 BOUND = re.compile(r"^(?P<quantity>\w+)\s*<=\s*(?P<limit>[\d_,]+)$")
 
 
@@ -46,6 +46,7 @@ class Header:
     still: str
     limits: str
     mirrors: str = ""
+    roofline: str = ""  # the bound each level (global, shared, registers) puts on the step
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,7 +181,7 @@ def discover() -> tuple[Step, ...]:
                     raise RegistryError(f"{path}: Layout must be one of {LAYOUTS}, got {layout!r}")
                 header = Header(title=fields["title"], changed=fields["Changed"], why=fields["Why"],
                                 still=fields["Still"], limits=fields["Limits"],
-                                mirrors=fields.get("Mirrors", ""))
+                                mirrors=fields.get("Mirrors", ""), roofline=fields.get("Roofline", ""))
                 found.append(Step(op=op, backend=backend, step=number, name=match["name"],
                                   source=str(path.relative_to(REPO)),
                                   dtypes=_dtypes(path, fields.get("Dtypes"), spec.dtypes),

@@ -19,7 +19,7 @@ import torch
 
 from . import cuda_build
 from .ops import SPECS
-from .ops.spec import fits_layout
+from .ops.spec import fits_layout, layout_copy
 from .steps import REPO, Step, all_steps
 
 
@@ -29,9 +29,10 @@ def interpreting() -> bool:
 
 
 def kernel_inputs(v: Step, direction: str, inputs: tuple) -> tuple[tuple, list[str]]:
-    """The inputs as the step's kernels see them (the spec's view), each copied to contiguous only
-    when it breaks the step's declared layout or cannot be viewed without a copy. Also returns
-    the names of the copied inputs (the bench reports them instead of timing the copy)."""
+    """The inputs as the step's kernels see them (the spec's view), each copied only when it breaks
+    the step's declared layout or cannot be viewed without a copy; a copy is row-major with
+    16-byte-aligned rows (`layout_copy`). Also returns the names of the copied inputs (the
+    bench reports them instead of timing the copy)."""
     spec = SPECS[v.op]
     names = spec.directions()[direction].inputs
     views, copied = [], []
@@ -41,7 +42,7 @@ def kernel_inputs(v: Step, direction: str, inputs: tuple) -> tuple[tuple, list[s
         except RuntimeError:  # the view would need a copy (e.g. leading dims that cannot fold)
             view = None
         if view is None or not fits_layout(view, v.layout):
-            (view,) = spec.kernel_view(t.contiguous())
+            (view,) = spec.kernel_view(layout_copy(t, v.layout))
             copied.append(name)
         views.append(view)
     return tuple(views), copied

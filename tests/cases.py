@@ -39,6 +39,10 @@ def strided_cases(op, dtype, device, gen):
         cases.append(("a.t() and b.t()", (a.t(), b.t())))
         wa, wb = d.make_inputs((m, k + 1, n + 1), dtype, device, gen)
         cases.append(("one element in: a[:, 1:], b[1:, 1:]", (wa[:, 1:], wb[1:, 1:])))
+        # transposes whose rows are whole 16-byte units: what the TMA steps read in place
+        m, k, n = (72, 136, 40) if big else (8, 16, 8)
+        a, b = d.make_inputs((k, m, n), dtype, device, gen)[0], d.make_inputs((m, n, k), dtype, device, gen)[1]
+        cases.append(("a.t() and b.t(), 16-byte rows", (a.t(), b.t())))
     else:
         cases = [("every other column", make_inputs(op, shape, dtype, device, gen, contiguous=False))]
         wide = d.make_inputs((*shape[:-1], shape[-1] + 1), dtype, device, gen)

@@ -29,9 +29,9 @@ def test_step_matches_fp64(gen, v, dtype, direction):
             assert_matches_reference(v, inputs, run(v, inputs, direction), direction)
 
 
-@pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
-def test_strided_inputs(gen, v):
-    for name, inputs in strided_cases(v.op, v.dtypes[-1], GPU, gen):
+@pytest.mark.parametrize("v,dtype", STEP_DTYPES, ids=lambda p: getattr(p, "label", str(p)))
+def test_strided_inputs(gen, v, dtype):
+    for name, inputs in strided_cases(v.op, dtype, GPU, gen):
         assert all(not t.is_contiguous() for t in inputs), name
         if not fits(v, inputs):  # a declared limit (e.g. TMA alignment): refused, naming other steps
             with pytest.raises(ValueError, match="steps"):
@@ -171,6 +171,26 @@ def test_torch_compile_fullgraph_forward_and_backward(gen, op, backend):
         fn(*eager_leaves, backend=backend).sum().backward()
         for a, b in zip(leaves, eager_leaves):
             torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("backend", rosetta.BACKENDS)
+def test_torch_compile_traces_the_tma_steps_forward_and_backward(gen, backend):
+    """The 16-bit default is a TMA step whose limits are judged while dynamo traces (strides only:
+    it cannot read addresses); aligned a.t() also runs the backward's transposed operands."""
+    torch._dynamo.reset()
+    a = torch.randn(136, 72, device=GPU, generator=gen).to(torch.bfloat16).t()
+    b = torch.randn(136, 40, device=GPU, generator=gen).to(torch.bfloat16)
+    assert rosetta.best("matmul", backend, torch.bfloat16, (a, b)).bounds, "not a TMA step"
+    eager_leaves = [t.detach().clone().requires_grad_() for t in (a, b)]
+    eager = rosetta.matmul(*eager_leaves, backend=backend)  # also registers the ops before tracing
+    eager.float().square().sum().backward()
+    compiled = torch.compile(lambda x, y: rosetta.matmul(x, y, backend=backend), fullgraph=True)
+    leaves = [t.detach().clone().requires_grad_() for t in (a, b)]
+    out = compiled(*leaves)
+    torch.testing.assert_close(out, eager)
+    out.float().square().sum().backward()
+    for x, y in zip(leaves, eager_leaves):
+        torch.testing.assert_close(x.grad, y.grad)
 
 
 # The registration is the same code for every step of a backend, so the costly check (trace and

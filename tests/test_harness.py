@@ -249,3 +249,24 @@ def test_other_input_layouts_are_their_own_rows(tmp_path):
     assert sorted(r["layout"] for r in back) == ["", "a.t()"]  # neither overwrote the other
     table = tables.layout_table(back, "matmul")
     assert "| cuda/13_persistent_clusters | bfloat16 | 4096x4096x4096 | 200.0 | 210.0, 1.05x |" in table
+
+
+def test_a_step_whose_code_changed_after_the_run_is_named(tmp_path, monkeypatch):
+    """Rows measured before a step's code changed are marked as such; a header-only edit (the prose
+    above the code) leaves the measured code, and the mark, as they were."""
+    from types import SimpleNamespace
+
+    (tmp_path / "environment.json").write_text('{"git_sha": "0123abcd"}')
+    edited, reworded = rosetta.variants("vector_add", "cuda")[:2]
+    then = {edited.source: "// the code as it was\n", reworded.source: "/* older words */"}
+
+    def git_show(cmd, **kwargs):
+        source = cmd[-1].split(":", 1)[1]
+        now = (rosetta.registry.REPO / source).read_text()
+        text = then.get(source, "") + now[now.index("*/") + 2:] if source in then else now
+        return SimpleNamespace(returncode=0, stdout=text)
+
+    monkeypatch.setattr(results.subprocess, "run", git_show)
+    assert results.changed_since_run(tmp_path, rosetta.variants("vector_add")) == [edited]
+    block = log.step_block(edited, [], [], "0123abcd")
+    assert "**Changed since the run:** the source differs from run 0123abcd's" in block

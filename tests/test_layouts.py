@@ -5,8 +5,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import rosetta
-from rosetta.ops.matmul import address, is_column_major, tma_unaligned
-from rosetta.ops.spec import fits_layout
+from rosetta.ops.matmul import address, autograd_grads, is_column_major, tma_out_unaligned, tma_unaligned
+from rosetta.ops.spec import fits_layout, layout_copy
 from rosetta.torch_ops import kernel_inputs
 from rosetta.triton_kernels.tma import check_tma
 
@@ -74,3 +74,64 @@ def test_triton_tma_step_reads_transposed_operands_in_place():
         check_tma(6, ka, kb, torch.ones(N, M, dtype=torch.bfloat16).t(), columns=True)
     with pytest.raises(ValueError, match="a with a 16-byte aligned base, a unit column stride"):
         check_tma(5, ka, kb, torch.ones(M, N, dtype=torch.bfloat16))  # step 5 takes rows only
+
+
+@pytest.mark.parametrize("layout", ["rows", "rows_or_cols"])
+def test_a_layout_copy_starts_every_row_on_16_bytes(layout):
+    """An input that breaks a row layout is copied into rows padded to 16 bytes, so a TMA step or
+    a 128-bit load path can still take the copy (a plain .contiguous() of 33 bf16 columns could not)."""
+    t = torch.randn(5, 66, dtype=torch.bfloat16)[:, ::2]
+    copy = layout_copy(t, layout)
+    assert torch.equal(copy, t) and copy.stride() == (40, 1) and fits_layout(copy, layout)
+    assert tma_unaligned(copy) == 0 and tma_unaligned(t.contiguous()) == 1
+    assert layout_copy(t, "contiguous").is_contiguous()  # other layouts get a plain copy
+
+
+def test_default_step_is_the_last_one_whose_limits_the_inputs_fit():
+    """step=None picks the most optimized step that takes the inputs: a bf16 K of 33 (66-byte rows,
+    no tensor map) goes past the TMA steps to the last step without that limit."""
+    a, b = torch.ones(16, 33, dtype=torch.bfloat16), torch.ones(33, 64, dtype=torch.bfloat16)
+    for backend in rosetta.BACKENDS:
+        last = rosetta.best("matmul", backend, torch.bfloat16)
+        assert last.bounds, "the last 16-bit step loads through TMA"
+        chosen = rosetta.best("matmul", backend, torch.bfloat16, (a, b))
+        assert not chosen.bounds and chosen.step < last.step
+        aligned = torch.ones(16, 32, dtype=torch.bfloat16), torch.ones(32, 64, dtype=torch.bfloat16)
+        assert rosetta.best("matmul", backend, torch.bfloat16, aligned) is last
+    # malformed inputs still reach the last step, whose checks say what is wrong
+    assert rosetta.best("matmul", "triton", torch.bfloat16, (a, a)) is rosetta.best("matmul", "triton", torch.bfloat16)
+
+
+def test_tma_store_bound_counts_the_gradient_rows_only_when_one_is_needed():
+    """Triton's TMA steps store out (M x N) and, in the backward, dA (M x K) through tensor maps."""
+    a, b = torch.ones(16, 36, dtype=torch.bfloat16), torch.ones(36, 64, dtype=torch.bfloat16)
+    assert tma_out_unaligned(a, b) == 0  # K = 36 (72-byte rows) only matters for dA
+    assert tma_out_unaligned(a.requires_grad_(), b) == 1
+    assert tma_out_unaligned(a, torch.ones(36, 63, dtype=torch.bfloat16)) == 2
+
+
+def test_backward_hands_the_step_a_gradient_it_can_read():
+    """A column-major b with an odd N passes the forward (b's other stride is K), but dC is then
+    M x N contiguous with 126-byte rows: the backward gives the step a copy in aligned rows."""
+    a = torch.ones(M, K, dtype=torch.bfloat16)
+    b = torch.ones(63, K, dtype=torch.bfloat16).t()
+    assert tma_unaligned(a, b) == 0
+    seen = []
+    step_ops = type("StepOps", (), {"forward": staticmethod(lambda x, y: seen.append(x) or x @ y)})
+    ctx = type("Ctx", (), {"saved_tensors": (a, b), "needs_input_grad": (True, True)})
+    da, db = autograd_grads(step_ops, ctx, torch.ones(M, 63, dtype=torch.bfloat16))
+    assert all(tma_unaligned(x) == 0 for x in seen[::2]) and seen[0].stride() == (64, 1)
+    assert da.shape == a.shape and db.shape == b.shape
+
+
+def test_a_triton_tma_step_refuses_an_output_it_cannot_store(monkeypatch):
+    """Checked before any launch (so on the CPU, where the interpreter runs Triton steps): b is
+    column-major, which TMA reads, but N = 63 gives out 126-byte rows; the message names the
+    steps that take the input."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    a, b = torch.ones(16, 32, dtype=torch.bfloat16), torch.ones(63, 32, dtype=torch.bfloat16).t()
+    for step in (5, 6):
+        with pytest.raises(ValueError, match=r"tma_out_unaligned <= 0, got tma_out_unaligned = 1.*"
+                                             r"matmul/triton steps 1, 2, 3, 4 take it"):
+            rosetta.registry.select("matmul", "triton", step)(a, b)
+    assert rosetta.matmul(a, b).shape == (16, 63)  # step=None: step 4

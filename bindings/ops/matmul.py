@@ -6,7 +6,7 @@ import math
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from .spec import Direction, Headline, OpSpec, fits_layout
+from .spec import Direction, Headline, OpSpec, fits_layout, layout_copy
 
 FP32 = (torch.float32,)
 HALF = (torch.bfloat16, torch.float16)
@@ -36,12 +36,16 @@ def error_scale(inputs, ref):
 
 
 def address(t: torch.Tensor) -> int:
-    """t's address; 0 while torch.compile traces (fake tensors have none, and torch allocates
-    16-byte aligned, so only a view's offset can misalign: that is checked in eager mode)."""
-    try:
-        return 0 if is_fake(t) else t.data_ptr()
-    except RuntimeError:  # another tracing wrapper (FunctionalTensor)
+    """t's address, or while torch.compile traces (fake tensors have none) its offset into its
+    storage in bytes: torch allocates storage 16-byte aligned, so only a view's offset misaligns.
+    Dynamo traces none of data_ptr(), is_fake() and storage_offset(): 0 there, and the step's own
+    checks (Triton's check_tma, traced with fake tensors; CUDA's at launch) judge the real one."""
+    if torch.compiler.is_compiling():
         return 0
+    try:
+        return t.storage_offset() * t.element_size() if is_fake(t) else t.data_ptr()
+    except RuntimeError:  # another tracing wrapper (FunctionalTensor)
+        return t.storage_offset() * t.element_size()
 
 
 def is_column_major(t: torch.Tensor) -> bool:
@@ -53,17 +57,27 @@ def is_column_major(t: torch.Tensor) -> bool:
 def tma_unaligned(*operands) -> int:
     """Operands the Hopper bulk-tensor copy (TMA) cannot read: it needs one unit stride, the other
     stride a multiple of 16 bytes and a 16-byte-aligned start. An operand that is neither row- nor
-    column-major is copied to contiguous by the dispatcher first, so it is judged as that copy."""
+    column-major is copied by the dispatcher into 16-byte-aligned rows first, which TMA reads."""
     bad = 0
     for t in operands:
-        if t.numel() == 0:
+        if t.numel() == 0 or not fits_layout(t, "rows_or_cols"):
             continue
-        if fits_layout(t, "rows_or_cols"):
-            other, start = t.stride(1 if is_column_major(t) else 0), address(t)
-        else:
-            other, start = t.shape[1], 0
-        bad += (other * t.element_size()) % 16 != 0 or start % 16 != 0
+        other = t.stride(1 if is_column_major(t) else 0)
+        bad += (other * t.element_size()) % 16 != 0 or address(t) % 16 != 0
     return bad
+
+
+def tma_out_unaligned(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Output rows a TMA store cannot write: out is M x N, contiguous (N * size a multiple of 16
+    bytes), and when a gradient will be taken, dA = dC @ B^T is M x K (so K too)."""
+    rows = [b.shape[1]] + ([a.shape[1]] if a.requires_grad else [])
+    return sum((n * a.element_size()) % 16 != 0 for n in rows if a.shape[0] and n)
+
+
+def tma_readable(t: torch.Tensor) -> torch.Tensor:
+    """t, or a copy in 16-byte-aligned rows where TMA could not read t: the gradient dC arrives
+    M x N contiguous, which a column-major b with an odd N lets through the forward."""
+    return layout_copy(t, "rows") if tma_unaligned(t) else t
 
 
 def column_major(t: torch.Tensor) -> torch.Tensor:
@@ -85,7 +99,7 @@ def autograd_setup(ctx, inputs, output):
 
 def autograd_grads(step_ops, ctx, grad):
     a, b = ctx.saved_tensors
-    grad = grad.to(a.dtype)
+    grad = tma_readable(grad.to(a.dtype))  # a and b passed the step's checks; dC did not
     da = step_ops.forward(grad, b.t()) if ctx.needs_input_grad[0] else None
     db = step_ops.forward(a.t(), grad) if ctx.needs_input_grad[1] else None
     return da, db
@@ -132,6 +146,10 @@ SPEC = OpSpec(
         (3, 5000, 7),  # long K, tiny M and N
         (5, 0, 6),  # K = 0: the result is zeros
         (0, 16, 8),  # M = 0: an empty result
+        (300, 1000, 456),  # 16-bit rows in whole 16 bytes (K, N multiples of 8), yet no tile divides
+                           # M, N or K: the TMA steps' zero-filled edge tiles and masked stores
+        (2049, 64, 4097),  # CUDA step 8 on 132 SMs: 289 tiles = 2 waves + 25, so a data-parallel wave
+                           # then stream-K pieces that cross tiles; N = 4097 also repacks b
     ),
     cpu_shapes=(
         (1, 1, 1),  # a single multiply-add
@@ -141,7 +159,7 @@ SPEC = OpSpec(
         (0, 16, 8),  # M = 0
     ),
     slow_call_ms=150.0,
-    bounds={"tma_unaligned": tma_unaligned},
+    bounds={"tma_unaligned": tma_unaligned, "tma_out_unaligned": tma_out_unaligned},
     input_layouts=INPUT_LAYOUTS,
     layout_headlines=(Headline((4096, 4096, 4096), HALF), Headline((8192, 8192, 8192), HALF)),
 )

@@ -30,6 +30,20 @@ def fits_layout(t: torch.Tensor, layout: str) -> bool:
     return t.is_contiguous()
 
 
+def layout_copy(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The copy a step gets of an input that breaks its layout: contiguous, except that for the
+    row layouts the rows start on 16-byte boundaries (the pitch rounded up to 16 bytes), which is
+    what 128-bit vector loads and TMA tensor maps need: the copy never turns a fast path away."""
+    if t.dim() < 2 or layout not in ("rows", "rows_or_cols"):
+        return t.contiguous()
+    per = max(16 // t.element_size(), 1)
+    cols = t.shape[-1]
+    pitch = -(-cols // per) * per
+    if pitch == cols:
+        return t.contiguous()
+    return torch.empty((*t.shape[:-1], pitch), dtype=t.dtype, device=t.device)[..., :cols].copy_(t)
+
+
 @dataclass(frozen=True)
 class Direction:
     """One kernel direction: `inputs` -> one output, both named (the names become the torch op
@@ -101,6 +115,16 @@ class Headline:
 
 
 @dataclass(frozen=True)
+class SweepAxis:
+    """What the sweep plot's x-axis shows: one number per swept shape (e.g. softmax's row length,
+    where every swept shape holds the same number of elements)."""
+    name: str  # the title reads "throughput vs <name>"
+    label: str  # the axis label
+    of_shape: Callable  # (shape tuple) -> the x value
+    note: str = ""  # a line printed in the plot's corner
+
+
+@dataclass(frozen=True)
 class OpSpec:
     name: str
     position: int  # where the op stands in rosetta.OPS (teaching order)
@@ -110,7 +134,7 @@ class OpSpec:
     # Applied to inputs and output alike; it never copies (a copy is the layout check's business).
     kernel_view: Callable
     headlines: tuple[Headline, ...]
-    sweep: tuple[Shape, ...]  # throughput vs size, best steps and tiers
+    sweep: tuple[Shape, ...]  # throughput vs size (or vs sweep_axis), best steps and tiers
     sweep_dtype: torch.dtype
     test_shapes: tuple[Shape, ...]  # GPU: every step x dtype x these (each with a comment in the spec)
     cpu_shapes: tuple[Shape, ...]  # CPU: Triton steps under the interpreter, small
@@ -134,6 +158,8 @@ class OpSpec:
     # tier: name -> (*inputs) -> the same values in that layout (e.g. "a.t()"), at these shapes
     input_layouts: dict = field(default_factory=dict)
     layout_headlines: tuple[Headline, ...] = ()
+    # The sweep plot's x-axis; None: the elements of each shape (numel; M x K x N for matmul)
+    sweep_axis: SweepAxis | None = None
 
     def directions(self) -> dict[str, Direction]:
         return {"forward": self.forward, **({"backward": self.backward} if self.backward else {})}

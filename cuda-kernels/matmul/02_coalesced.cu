@@ -8,6 +8,9 @@ Why:      per k a warp now reads one broadcast a[m][k] and 128 contiguous bytes 
 Still:    no reuse on chip: each a element is loaded by N threads and each b element by M
           threads. Step 3 stages 32 x 32 tiles in shared memory so each is read from global
           once per block.
+Roofline: global, via L1: ~132 B per warp per 64 flops, 0.48 flop/B x 33.5 TB/s <= 16;
+          registers: the SASS loop is step 1's, 16 FFMA of 110 instructions: <= 0.15 x 65.3
+          = 9.5 TFLOP/s. Bound ~9.5: issue slots spent on loads and addresses.
 Limits:   M, N, K < 2^31.
 Dtypes:   float32
 Layout:   rows

@@ -9,6 +9,10 @@ Why:      step 3 issued 2 shared loads per FFMA. Now per k a thread issues 1 LDS
           (2x step 3).
 Still:    the a operand is still one 4-byte LDS per FFMA; a 2-D tile of TM x TN outputs reuses
           both a and b from registers (step 5).
+Roofline: global 16 flop/B x 6.5 TB/s <= 104; shared: 24 LDS (16 of them LDS.128) per
+          64 FFMA, ~1 wavefront each: 171 flop per wavefront <= 45; registers: 64 FFMA of the
+          loop's 126 instructions <= 0.51 x 65.3 = 33. Bound ~33 TFLOP/s (issue), before the
+          barriers: 2 per tile of 8 k with nothing else to run in them.
 Limits:   M, N, K < 2^31.
 Dtypes:   float32
 Layout:   rows

@@ -13,6 +13,10 @@ Still:    every global access is 4 bytes wide: 4 scalar loads per operand per th
           but the 16 thread columns of a warp read 512 different bytes of bs and the 2 thread
           rows land on the same banks of as: multi-wavefront loads. Step 6 loads 128 bits at a
           time from global and stores a transposed, so a column of a is contiguous.
+Roofline: global 32 flop/B <= 208; shared: 32 LDS.128 per 512 FFMA, up to 4 wavefronts
+          each (Still): >= 256 flop per wavefront <= 67; registers: 512 FFMA of the loop's 670
+          instructions <= 0.76 x 65.3 = 50. Bound ~50 TFLOP/s (issue), if the one block that
+          130 registers x 256 threads leave an SM could hide its own barriers: it cannot.
 Limits:   M, N, K < 2^31.
 Dtypes:   float32
 Layout:   rows

@@ -11,7 +11,7 @@ Why:      step 6's 8 x 8 lanes made a warp read 512 bytes of bs per LDS.128 (4 w
           intensity: per k a warp reads 64 + 64 floats for 64 x 64 FMAs: 16 flop per smem byte
           (4x step 6). Global: (128 + 128) x 16 x 4 B per 128 x 128 x 16 x 2 flops = 32 flop/B.
           H100 sizing: 128 accumulators + 24 fragment values + staged loads and addresses need
-          ~240 registers (ptxas: 239-251, no spills), so 64K registers per SM hold 2 blocks of
+          ~240 registers (ptxas: 239-253, no spills), so 64K registers per SM hold 2 blocks of
           128 threads: each of the 4 schedulers gets 2 warps, one from each block, and while
           one block waits at its barrier for global loads the other computes. Shared memory is
           small (16.6 KB per block of 228 KB); the tile count at 4096^3 is 1024 = 3.9 waves of
@@ -20,6 +20,10 @@ Still:    a block loads a tile (global -> registers -> shared), waits at a barri
           waits again: its own global latency is never overlapped with its own math, only
           hidden by the other block. Step 8 copies with cp.async into a ring of shared-memory
           stages so tile k+1.. arrive while tile k is computed.
+Roofline: global 32 flop/B <= 208 (L2); shared: 96 LDS.128 per 2048 FFMA, one wavefront
+          each: 1,365 flop per wavefront <= 356; registers: 2048 FFMA of the loop's 2,346
+          instructions <= 0.87 x 65.3 = 57. Bound ~57 TFLOP/s (issue): at last the FFMAs
+          themselves, so what remains is how often a scheduler finds one ready.
 Limits:   M, N, K < 2^31.
 Dtypes:   float32
 Layout:   rows

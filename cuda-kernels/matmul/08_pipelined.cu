@@ -43,6 +43,10 @@ Still:    ~70% of FFMA peak where cuBLAS's SASS reaches ~79%: register allocatio
           and CUDA C can only steer it by the order of the FFMAs. The stream-K pieces pay a round
           trip through L2 and a pipeline fill each. FP32 FFMA tops out at ~60-67 TFLOP/s however
           fed: the tensor cores are the next rung.
+Roofline: global 42.7 flop/B <= 277 (L2); shared as step 7 (<= 356); registers: 2048
+          FFMA of the loop's 2,314 instructions (LDGSTS replaces LDG + STS) <= 0.89 x 65.3 = 58.
+          Bound ~58 TFLOP/s; cuBLAS's SGEMM, with the same tile, reaches 51.8 (0.79 of FFMA
+          peak): the gap to either is issue efficiency (stalls), not bytes.
 Limits:   M, N, K < 2^31.
 Dtypes:   float32
 Layout:   rows

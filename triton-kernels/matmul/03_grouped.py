@@ -17,8 +17,8 @@ Still:    one fixed tile shape and pipeline depth for every shape and dtype; the
 Limits:   none.
 Dtypes:   float32, float16, bfloat16
 Layout:   any
-Mirrors:  CUDA steps 03-11 (as step 2); the grouped order is CUDA step 13's tile scheduler in
-          miniature
+Mirrors:  CUDA steps 03-11 (as step 2); the grouped order is CUDA step 07's block order (groups
+          of 8 tile rows), which step 13's persistent tile scheduler keeps
 """
 import triton
 import triton.language as tl

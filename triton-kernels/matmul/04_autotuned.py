@@ -1,11 +1,12 @@
 """
 Step 4 — autotuned tile shape, group size, warps and pipeline depth
-Changed:  the kernel is step 3's; @triton.autotune picks BLOCK_M/N/K, GROUP_M, num_warps and
-          num_stages per (M, N, K) and dtype from two short lists: one for fp32 (ieee FFMA) and
-          one for 16-bit inputs (wgmma). The first call for a shape times each config.
+Changed:  the kernel is step 3's; @triton.autotune picks BLOCK_M/N, num_warps and num_stages per
+          (M, N, K) and dtype from two short lists: one for fp32 (ieee FFMA, BLOCK_K 32) and one
+          for 16-bit inputs (wgmma, BLOCK_K 64); GROUP_M stays 8 (step 3 measured the grouping).
+          The first call for a shape times each config.
 Why:      the two paths want opposite things. fp32 ieee lowers tl.dot to FFMA from shared memory:
           the limit is registers (a 128 x 128 tile on 256 threads is 64 accumulators + operand
-          fragments per thread) and the FFMA issue rate (~60-67 TFLOP/s peak): BLOCK_K 16-32,
+          fragments per thread) and the FFMA issue rate (~60-67 TFLOP/s peak): BLOCK_K 32,
           8 warps, 3-4 stages. 16-bit wgmma does 16x the flops per cycle, so the limit moves to
           feeding it: wider tiles (128 x 256 x 64: 2·128·256·64 flops per 48 KB staged = 85 flops
           per byte of shared memory) and deeper pipelines (3-4 stages x 48 KB <= 227 KB).

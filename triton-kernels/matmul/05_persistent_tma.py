@@ -20,11 +20,12 @@ Still:    one instruction stream issues TMA, waits on barriers, runs wgmma and t
           i + 1. Step 6 gives the loads their own warps (warp specialization).
 Limits:   TMA needs a 16-byte aligned base and row strides that are multiples of 16 bytes with a
           unit last stride for a, b and out: 16-bit K and N multiples of 8. Otherwise (a[:, 1:],
-          odd K or N) launch raises ValueError; step 4 takes any strides.
+          odd K or N) launch raises ValueError; step 4 takes any strides, and step=None sends
+          such inputs there. With a gradient to take, dA (M x K, stored by TMA) needs K too.
           K = 0 writes zeros without a launch (TMA cannot describe an empty K extent).
 Dtypes:   bfloat16, float16
 Layout:   rows
-Max:      tma_unaligned <= 0
+Max:      tma_unaligned <= 0; tma_out_unaligned <= 0
 Mirrors:  CUDA steps 11 (wgmma + TMA) and 13 (persistent tile scheduler), without clusters
 """
 import triton

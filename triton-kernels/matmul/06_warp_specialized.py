@@ -32,10 +32,11 @@ Still:    both consumer warpgroups work on the same tile and reach the epilogue 
           shared memory, so no shuffle is compiled (likewise B). Two constexpr flags pick the
           variant, one compilation per layout pair, as CUDA step 13's template majors.
 Limits:   as step 5: 16-byte aligned bases and leading strides (16-bit: multiples of 8 elements),
-          else ValueError naming step 4. K = 0 writes zeros without a launch.
+          for out too (and dA's K when a gradient is taken), else ValueError naming step 4, where
+          step=None sends such inputs. K = 0 writes zeros without a launch.
 Dtypes:   bfloat16, float16
 Layout:   rows_or_cols
-Max:      tma_unaligned <= 0
+Max:      tma_unaligned <= 0; tma_out_unaligned <= 0
 Mirrors:  CUDA step 12 (warp-specialized producer/consumer), persistent as step 13
 """
 import triton
