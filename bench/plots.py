@@ -8,12 +8,21 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from rosetta.ops import SPECS  # noqa: E402
+
 from .results import order_key  # noqa: E402
 from .tiers import REFERENCE_BACKENDS  # noqa: E402
 
 BACKEND_MAPS = {"cuda": "Greens", "triton": "Blues"}  # one hue per backend, darker = later step
-TIER_STYLES = {"eager": ("black", "--"), "compile": ("tab:gray", "-."), "device_reduce": ("tab:purple", ":")}
+BACKEND_COLORS = {"cuda": "tab:green", "triton": "tab:blue"}  # a backend's line in a sweep
+TIER_STYLES = {"eager": ("black", "--"), "compile": ("tab:gray", "-."), "unfused": ("tab:brown", (0, (1, 1.5))),
+               "device_reduce": ("tab:purple", ":")}
 PEER_COLOR = "tab:orange"
+PEER_DASH = (0, (5, 2, 1, 2))
+# Colours for series whose own is missing or already taken in the plot (tab:red is the ceiling's)
+SPARE_COLORS = (PEER_COLOR, "tab:olive", "tab:cyan", "tab:pink", "tab:brown", "tab:purple", "tab:gray",
+                "tab:green", "tab:blue", "black")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h", "p")
 
 
 def save(fig, path: Path, dpi: int = 120) -> Path:
@@ -30,43 +39,82 @@ def step_color(backend: str, step: int, steps: int):
     return plt.get_cmap(BACKEND_MAPS.get(backend, "Greys"))(0.35 + 0.6 * step / max(steps, 1))
 
 
-def tier_style(row) -> tuple[str, str]:
-    return TIER_STYLES.get(row["name"], (PEER_COLOR, (0, (5, 2, 1, 2))))
+def series_styles(rows: list[dict]) -> list[tuple]:
+    """(colour, line style, marker) for each series of one plot, one row standing for each: tiers
+    keep their colour and line style (eager black, torch.compile grey, ...), steps their
+    backend's hue; a colour already taken in this plot goes to the first spare one that is not,
+    and every series gets a marker of its own: no two series look alike."""
+    taken, styles = set(), []
+    for i, row in enumerate(rows):
+        if row["backend"] in REFERENCE_BACKENDS:
+            color, style = TIER_STYLES.get(row["name"], (None, PEER_DASH))
+        else:
+            color, style = BACKEND_COLORS.get(row["backend"]), "-"
+        if color is None or color in taken:
+            color = next((c for c in SPARE_COLORS if c not in taken), color or "black")
+        taken.add(color)
+        styles.append((color, style, MARKERS[i % len(MARKERS)]))
+    return styles
+
+
+def shape_of(text: str) -> tuple[int, ...]:
+    """A results row's shape column ("256x262144") as a tuple of ints."""
+    return tuple(int(s) for s in text.split("x")) if text else ()
+
+
+def sweep_series(rows: list[dict], op: str, direction: str, dtype: str) -> dict[str, dict]:
+    """label -> {x: row} for the sweep plot. The series are what the sweep measured (rows of role
+    "sweep": the tiers and the best step of each backend); their points are those rows, plus the
+    headline rows at a swept shape, which the suite measures once, as a headline, when a headline
+    has that shape and dtype (bench/suite.plan). x comes from the spec's sweep axis (softmax: the
+    row length, where every swept shape holds the same elements), else the elements (numel)."""
+    spec = SPECS[op]
+    x_of = spec.sweep_axis.of_shape if spec.sweep_axis else None
+    chosen = [r for r in rows if r["op"] == op and r["direction"] == direction and r["dtype"] == dtype
+              and r["status"] == "ok"]
+    labels = {r["label"] for r in chosen if r["role"] == "sweep"}
+    swept_shapes = {"x".join(map(str, s)) for s in spec.sweep}
+    series = {}
+    for r in sorted(chosen, key=order_key):
+        if r["label"] in labels and (r["role"] == "sweep" or (r["role"] == "headline" and r["shape"] in swept_shapes)):
+            x = x_of(shape_of(r["shape"])) if x_of else r["numel"]
+            points = series.setdefault(r["label"], {})
+            if x not in points or r["role"] == "sweep":
+                points[x] = r
+    return {label: points for label, points in series.items() if len(points) >= 2}
 
 
 def sweep_plot(rows: list[dict], op: str, direction: str, dtype: str, path: Path,
                ceiling: float | None = None) -> Path | None:
-    """Throughput vs size on log-log axes: the best step of each backend and the tiers."""
-    series = {}
-    for r in sorted(rows, key=order_key):
-        if r["op"] == op and r["direction"] == direction and r["dtype"] == dtype and r["status"] == "ok" \
-                and r["role"] in ("sweep", "headline"):
-            series.setdefault(r["label"], {})[r["numel"]] = (r["throughput"], r)
-    swept = {label: pts for label, pts in series.items() if len(pts) > 2}
+    """Throughput vs size (or the spec's sweep axis) on log-log axes: the best step of each backend
+    and the tiers, each series in a colour and marker of its own."""
+    swept = sweep_series(rows, op, direction, dtype)
     if not swept:
         return None
-    metric = next(iter(next(iter(swept.values())).values()))[1]["metric"]
-    fig, ax = plt.subplots(figsize=(8.5, 5))
-    for label, points in swept.items():
+    axis = SPECS[op].sweep_axis
+    metric = next(iter(next(iter(swept.values())).values()))["metric"]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    styles = series_styles([next(iter(points.values())) for points in swept.values()])
+    for (label, points), (color, style, marker) in zip(swept.items(), styles):
         xs = sorted(points)
-        row = points[xs[0]][1]
-        if row["backend"] in REFERENCE_BACKENDS:
-            color, style = tier_style(row)
-        else:
-            color, style = step_color(row["backend"], 1, 1), "-"
-        ax.plot(xs, [points[x][0] for x in xs], linestyle=style, marker="o", markersize=3, color=color,
-                label=label.split("/", 1)[1])
+        ax.plot(xs, [points[x]["throughput"] for x in xs], linestyle=style, marker=marker, markersize=4,
+                color=color, label=label.split("/", 1)[1])
     if ceiling:
         ax.axhline(ceiling, color="tab:red", linewidth=1, label=f"measured ceiling ({ceiling:.0f} {metric})")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("elements" if metric == "GB/s" else "M x K x N (elements of the output x K)")
+    if axis:
+        ax.set_xlabel(axis.label)
+        note = axis.note
+    else:
+        ax.set_xlabel("elements" if metric == "GB/s" else "M x K x N (elements of the output x K)")
+        note = "small sizes sit on the ~5 us launch-and-latency floor,\nnot on a bandwidth or compute limit"
     ax.set_ylabel(f"{metric} (log scale)")
-    ax.set_title(f"{op} {direction} ({dtype}): throughput vs size")
-    ax.text(0.99, 0.02, "small sizes sit on the ~5 us launch-and-latency floor,\nnot on a bandwidth or compute limit",
-            transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="dimgray")
+    ax.set_title(f"{op} {direction} ({dtype}): throughput vs {axis.name if axis else 'size'}")
+    if note:
+        ax.text(0.99, 0.02, note, transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="dimgray")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the axes: clear of the lines
     return save(fig, path)
 
 
@@ -88,11 +136,10 @@ def ladder_plot(rows: list[dict], op: str, direction: str, shape: str, dtype: st
     for bar, r in zip(bars, steps):  # inside the bar, vertical: clear of the reference lines
         ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() * 0.03, f"{r['throughput']:.0f}",
                 ha="center", va="bottom", rotation=90, fontsize=7, color="white" if r["step"] > 2 else "black")
-    for r in chosen:
-        if r["backend"] in REFERENCE_BACKENDS:
-            color, style = tier_style(r)
-            ax.axhline(r["throughput"], linestyle=style, color=color, linewidth=1.2,
-                       label=f"{r['backend']} {r['name']}: {r['throughput']:.0f}")
+    tiers = [r for r in chosen if r["backend"] in REFERENCE_BACKENDS]
+    for r, (color, style, _) in zip(tiers, series_styles(tiers)):
+        ax.axhline(r["throughput"], linestyle=style, color=color, linewidth=1.2,
+                   label=f"{r['backend']} {r['name']}: {r['throughput']:.0f}")
     if ceiling:
         ax.axhline(ceiling, color="tab:red", linewidth=1, label=f"measured ceiling: {ceiling:.0f}")
     ax.set_ylim(0, top * 1.12)

@@ -46,3 +46,23 @@ def test_triton_launch_into_poisoned_output(interpreter, cpu_gen, v):
     inputs = make_inputs(v.op, shape, dtype, "cpu", cpu_gen)
     out = poisoned_output(v.op, inputs)
     assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out))
+
+
+# ---- softmax: a declared limit, refused before any launch -------------------------------------
+SOFTMAX_BOUNDED = [v for v in rosetta.variants("softmax", "triton") if v.bounds]
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("v", SOFTMAX_BOUNDED, ids=lambda v: v.label)
+def test_softmax_declared_limit_refused_before_launch(interpreter, cpu_gen, v, direction):
+    """A row one past the step's `Max:` (Triton step 1: cols <= 32768) is refused by the input
+    checks, before the kernel is launched, so the CPU sees the same error as a GPU: the limit, the
+    value, and exactly the steps of the ladder that take the row."""
+    (quantity, limit), = v.bounds
+    inputs = make_inputs(v.op, (2, limit + 1), torch.float32, "cpu", cpu_gen, direction)
+    takers = [s.step for s in rosetta.variants(v.op, v.backend)
+              if not any(q == quantity and limit + 1 > m for q, m in s.bounds)]
+    assert v.step not in takers and takers
+    with pytest.raises(ValueError, match=rf"^{v.label} takes {quantity} <= {limit}, got {quantity} = {limit + 1}"
+                                         rf".*; {v.op}/{v.backend} steps {', '.join(map(str, takers))} take it$"):
+        v(*inputs) if direction == "forward" else v.backward(*inputs)

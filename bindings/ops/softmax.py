@@ -2,7 +2,9 @@
 the backward is dx = y * (dy - sum(y * dy)) per row, run by the same step's backward kernel."""
 import torch
 
-from .spec import Direction, Headline, OpSpec
+from .spec import Direction, Headline, OpSpec, SweepAxis
+
+SWEEP_NUMEL = 2**26  # elements in every shape of the row-length sweep: 256 MB of fp32
 
 
 def check_shapes(label, *tensors):
@@ -106,23 +108,49 @@ SPEC = OpSpec(
         Headline((4096, 262144), (torch.float32,), "long rows: 1 MB a row, more than one SM holds"),
     ),
     # row length 256 ... 262,144 at a fixed 256 MB of fp32 input
-    sweep=tuple((2**26 // 2**k, 2**k) for k in range(8, 19, 2)),
+    sweep=tuple((SWEEP_NUMEL // 2**k, 2**k) for k in range(8, 19, 2)),
     sweep_dtype=torch.float32,
+    sweep_axis=SweepAxis(
+        "row length", "row length (elements, log scale)", lambda shape: shape[-1],
+        f"every point holds 2^{SWEEP_NUMEL.bit_length() - 1} elements (rows x row length): only the row length changes"),
     test_shapes=(
         (1, 1),  # one element: the answer is exactly 1
         (1, 2),  # two elements, one row: every lane but two masked
         (7, 3000),  # 3000 = not a power of two, not a multiple of a 16-byte vector of fp32 x warp
         (64, 1025),  # one past a 1024 tile: a second chunk holding one element
-        (5, 50000),  # a long row on few rows: the block-per-row / looping paths
+        # a long row on few rows: the block-per-row / looping paths; CUDA step 5's row in shared
+        # memory (forward, and 16-bit backward); clusters of CUDA step 7 (fp32: 4 CTAs of 12,500)
+        # and step 8 (fp32 7 CTAs of 7,144, 16-bit 4 of 12,504: a shorter last slice); Triton
+        # step 4's split rows (13 fp32 chunks, 7 16-bit forward)
+        (5, 50000),
         (2, 3, 777),  # leading dimensions folded into rows; 777 odd
         (300, 4097),  # many rows, one past 4096 (the register-tile size of several steps)
-        (3, 262151),  # 2^18 + 7: the cluster / split-row paths, with a ragged tail
+        # 2^18 + 7: CUDA step 6's 16-CTA cluster and Triton step 4's split rows (65 fp32 chunks,
+        # the last of 7 elements). CUDA steps 7-8 take step 4's online kernels here (17 slices of
+        # 16,384 pass step 7's 16; odd cols are not whole 16-byte vectors for step 8)
+        (3, 262151),
+        # 2^18, aligned: the long-row paths as benchmarked (fp32 headline 4096 x 262144). CUDA
+        # step 7: 16 CTAs of 16,384 in registers, fp32 and 16-bit; step 8: 16 bulk-copied slices
+        # of 16,384 (64 KB fp32, 32 KB 16-bit; backward twice that); Triton step 4 on 132 SMs:
+        # 64 fp32 / 32 16-bit forward chunks, 64 backward, each one tile
+        (3, 262144),
+        # 2^17, aligned: the bf16 headline's row (4096 x 131072). CUDA step 7: clusters of 8 CTAs
+        # (16,384 each); step 8: 16-bit 8 slices of 16,384, fp32 16 slices of 8,192 (32 KB a slice)
+        (2, 131072),
         (0, 100),  # zero rows: an empty result, no launch
     ),
     cpu_shapes=(
         (1, 1),  # one element
         (3, 7),  # tiny rows, odd
         (4, 1025),  # one past a power of two
+        # Triton step 2's loop over the row: 3 blocks of 4,096, the last ragged (808); step 4
+        # under the interpreter (sm_count 1): one chunk of several tiles (3 of 4,096 fp32 / 2 of
+        # 8,192 fp16 forward, 3 of 4,096 backward), its two-pass loop; step 3's single tile
+        (2, 9000),
+        # past 32,768: Triton step 1 refuses it (its Max: cols <= 32768, checked before launch);
+        # step 3 takes its online loop, forward and backward (5 blocks of 8,192, the last of 232);
+        # step 2 loops 9 blocks; step 4 one chunk of 9 fp32 / 5 fp16 tiles
+        (1, 33000),
         (2, 3, 33),  # leading dimensions
         (0, 5),  # zero rows
     ),

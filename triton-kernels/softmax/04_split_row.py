@@ -17,7 +17,11 @@ Still:    the chunks of a row wait for each other; a row longer than SMs x the c
           TRITON_INTERPRET=1 programs run one after another and cannot wait for each other:
           sm_count is 1 there, so a split row is one chunk (of one or several tiles), and only a
           GPU exercises the exchange between chunks.
-Limits:   none (any row length; 64-bit offsets).
+Limits:   none (any row length; 64-bit offsets) while the launch has the GPU to itself. The
+          spin-wait needs all of a row's chunks (<= SMs: one program per SM) resident at once
+          (work is ticketed in start order, so only the newest row waits on unstarted programs);
+          other streams' or processes' kernels, or an MPS / green-context SM cap, can hold those
+          slots: the row then spins until that work ends, and hangs if it never does.
 Layout:   rows
 Mirrors:  CUDA step 6 (a long row spread over a cluster), with L2 in place of DSMEM; short
           rows as CUDA step 5
