@@ -59,7 +59,7 @@ backward_thread_per_row(const T* __restrict__ y, int64_t y_stride, const T* __re
   for (int64_t c = 0; c < cols; ++c) {
     const float term = rosetta::to_float(yr[c]) * rosetta::to_float(gr[c]) - lost;
     const float next = dot + term;
-    lost = (next - dot) - term;
+    lost = isfinite(next) ? (next - dot) - term : 0.0f;  // an infinite dy: inf - inf would be NaN
     dot = next;
   }
   for (int64_t c = 0; c < cols; ++c)
