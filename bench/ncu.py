@@ -20,6 +20,9 @@ METRICS = [
     "launch__shared_mem_per_block_static",
     "launch__shared_mem_per_block_dynamic",
     "lts__t_sector_hit_rate.pct",
+    # what the SMs ask of L2 (32-byte sectors, loads and stores) and how busy that keeps it
+    "lts__t_sectors_srcunit_tex.sum",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
     # why warps wait: the stall a step removes shows up here
     "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
     "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
@@ -33,7 +36,7 @@ METRICS = [
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
 ]
-SUMMED = {"gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
+SUMMED = {"gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_sectors_srcunit_tex.sum",
           "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
           "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
           "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"}
@@ -51,11 +54,14 @@ SHORT = [
     ("regs", "launch__registers_per_thread", lambda v: f"{v:.0f}"),
     ("smem B", "smem_bytes", lambda v: f"{v:.0f}"),
     ("L2 hit %", "lts__t_sector_hit_rate.pct", lambda v: f"{v:.1f}"),
+    ("L2<->SM MB", "lts__t_sectors_srcunit_tex.sum", lambda v: f"{v * 32 / 1e6:.0f}"),
+    ("L2 %", "lts__throughput.avg.pct_of_peak_sustained_elapsed", lambda v: f"{v:.1f}"),
     ("stall long-sb", "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio", lambda v: f"{v:.2f}"),
     ("stall barrier", "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio", lambda v: f"{v:.2f}"),
     ("tensor pipe %", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", lambda v: f"{v:.1f}"),
     ("FFMA (G)", "sm__sass_thread_inst_executed_op_ffma_pred_on.sum", lambda v: f"{v / 1e9:.1f}"),
     ("smem ld conflicts (M)", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", lambda v: f"{v / 1e6:.2f}"),
+    ("smem st conflicts (M)", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", lambda v: f"{v / 1e6:.2f}"),
 ]
 
 
