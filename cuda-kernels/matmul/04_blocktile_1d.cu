@@ -6,7 +6,8 @@ Changed:  64 x 64 output tiles, K in steps of 8, 512 threads; each thread owns 8
 Why:      step 3 issued 2 shared loads per FFMA. Now per k a thread issues 1 LDS of b plus 8
           broadcast LDS of a for 8 FFMAs: 1.1 LDS per FFMA instead of 2, and a block moves
           (64 + 64) x 8 x 4 B = 4 KB from global per 64 x 64 x 8 x 2 = 64 Kflop: 16 flop/B
-          (2x step 3).
+          (2x step 3). Tiles: siboehm's 64 x 64 x 8, kept so that one idea changes at a time;
+          on the H100 its 52 registers x 512 threads allow 2 blocks (32 warps) per SM.
 Still:    the a operand is still one 4-byte LDS per FFMA; a 2-D tile of TM x TN outputs reuses
           both a and b from registers (step 5).
 Roofline: global 16 flop/B x 6.5 TB/s <= 104; shared: 24 LDS (16 of them LDS.128) per

@@ -6,7 +6,9 @@ Changed:  128 x 128 output tiles, K in steps of 8, 256 threads; each thread owns
 Why:      step 4 needed 9 shared loads per 8 FFMAs; an outer product needs 8 + 8 loads for
           8 x 8 = 64 FFMAs: 0.25 LDS per FFMA (4.5x fewer), 4 flop per smem byte. Global
           intensity doubles again: (128 + 128) x 8 x 4 B = 8 KB per 128 x 128 x 8 x 2 flops,
-          32 flop/B.
+          32 flop/B. Tiles: siboehm's 128 x 128 x 8 on 256 threads, kept for the comparison;
+          on the H100 the 64 sums need 130 registers, and 130 x 256 > 65,536 / 2 leaves one
+          block per SM, with no other block to run during its barriers.
 Still:    every global access is 4 bytes wide: 4 scalar loads per operand per thread per tile,
           each with its own bounds check and 64-bit address (the SASS loop is only 76% FFMA).
           ptxas merges the shared reads into LDS.128 (4 k of one row of as, 4 columns of bs),

@@ -9,7 +9,8 @@ Why:      step 5's loop spent a quarter of its instructions on 8 scalar, bounds-
           per tile and their addresses (SASS: 76% FFMA). Now 2 LDG.128 per tile and 4 LDS.128
           per 64 FFMA (16 FFMA per shared load), with one check per vector: the loop is ~85%
           FFMA in SASS (ncu: 87%). Intensities are unchanged (global 32 flop/B, shared 4 flop
-          per smem byte).
+          per smem byte). ptxas fits this loop in 127 registers, under the 128 that 2 blocks
+          of 256 threads per SM allow; step 7 is where tiles are sized for the H100.
 Still:    the 16 thread columns of a warp read 16 different 32-byte pieces of bs per k: 512
           bytes for one LDS.128, 4 shared-memory wavefronts where 1 would do. The block is
           one flat grid of 8 x 8 thread tiles; step 7 arranges warps and lanes so each warp's
