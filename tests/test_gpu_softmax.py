@@ -163,18 +163,6 @@ def backward_special_input(n: int, dtype, gen) -> tuple[list[str], torch.Tensor,
     return names, torch.cat(ys).to(dtype), torch.cat(dys).to(dtype)
 
 
-@pytest.mark.parametrize("v,dtype", STEP_DTYPES, ids=lambda p: getattr(p, "label", str(p)))
-def test_backward_special_values(gen, v, dtype):
-    ran = 0
-    for length in LENGTHS:
-        names, y, dy = backward_special_input(row_length(length), dtype, gen)
-        if not fits(v, (y, dy)):
-            continue
-        assert_matches_torch(v, "backward", names, (y, dy), v.backward(y, dy), torch_backward(y, dy))
-        ran += 1
-    assert ran, f"{v.label} took none of the lengths"
-
-
 def infinite_gradient_input(n: int, dtype, gen) -> tuple[list[str], torch.Tensor, torch.Tensor]:
     """An infinite upstream gradient: torch's dot is +-inf, so dx is -+inf where y > 0 and NaN at
     the infinity (inf - inf) and wherever y = 0 (0 x inf); a kernel must not turn the row into
@@ -200,11 +188,12 @@ def infinite_gradient_input(n: int, dtype, gen) -> tuple[list[str], torch.Tensor
     return names, torch.stack(ys).to(dtype), torch.stack(dys).to(dtype)
 
 
+@pytest.mark.parametrize("rows", [backward_special_input, infinite_gradient_input], ids=["special", "infinite dy"])
 @pytest.mark.parametrize("v,dtype", STEP_DTYPES, ids=lambda p: getattr(p, "label", str(p)))
-def test_backward_infinite_gradient(gen, v, dtype):
+def test_backward_special_values(gen, v, dtype, rows):
     ran = 0
     for length in LENGTHS:
-        names, y, dy = infinite_gradient_input(row_length(length), dtype, gen)
+        names, y, dy = rows(row_length(length), dtype, gen)
         if not fits(v, (y, dy)):
             continue
         assert_matches_torch(v, "backward", names, (y, dy), v.backward(y, dy), torch_backward(y, dy))
