@@ -9,6 +9,8 @@ import csv
 import io
 from pathlib import Path
 
+from . import results
+
 METRICS = [
     "gpu__time_duration.sum",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -173,7 +175,7 @@ def minimal_bytes(row: dict) -> float | None:
 
     spec = SPECS[row["label"].split("/")[0]]
     if row.get("shape"):
-        shape, dtype = tuple(int(s) for s in row["shape"].split("x")), getattr(torch, row["dtype"])
+        shape, dtype = results.shape_of(row["shape"]), getattr(torch, row["dtype"])
     else:  # recorded before rows carried their case: the first headline, first dtype
         shape, dtype = spec.headlines[0].shape, spec.headlines[0].dtypes[0]
     nbytes = spec.directions()[row.get("direction") or "forward"].minimal_bytes(shape, dtype)

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from rosetta.ops import SPECS  # noqa: E402
 
-from .results import order_key  # noqa: E402
+from .results import order_key, shape_of  # noqa: E402
 from .tiers import REFERENCE_BACKENDS  # noqa: E402
 
 BACKEND_MAPS = {"cuda": "Greens", "triton": "Blues"}  # one hue per backend, darker = later step
@@ -55,11 +55,6 @@ def series_styles(rows: list[dict]) -> list[tuple]:
         taken.add(color)
         styles.append((color, style, MARKERS[i % len(MARKERS)]))
     return styles
-
-
-def shape_of(text: str) -> tuple[int, ...]:
-    """A results row's shape column ("256x262144") as a tuple of ints."""
-    return tuple(int(s) for s in text.split("x")) if text else ()
 
 
 def sweep_series(rows: list[dict], op: str, direction: str, dtype: str) -> dict[str, dict]:

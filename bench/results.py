@@ -3,6 +3,7 @@ Tables and plots are made from these files only."""
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -79,6 +80,11 @@ def read_environment(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def shape_of(text: str) -> tuple[int, ...]:
+    """A results row's shape column ("256x262144") as a tuple of ints."""
+    return tuple(int(s) for s in text.split("x")) if text else ()
+
+
 def changed_since_run(folder: Path, variants) -> list:
     """The steps whose code (the file past its header comment) differs from the code at the bench
     run's commit (git_sha in the folder's environment.json): their rows describe the earlier code.
@@ -88,12 +94,18 @@ def changed_since_run(folder: Path, variants) -> list:
     sha = read_environment(folder / "environment.json").get("git_sha")
     if not sha:
         return []
-    changed = []
-    for v in variants:
-        then = subprocess.run(["git", "-C", str(REPO), "show", f"{sha}:{v.source}"], capture_output=True, text=True)
-        if then.returncode == 0 and _code(then.stdout) != _code((REPO / v.source).read_text()):
-            changed.append(v)
-    return changed
+    return [v for v in variants
+            if (then := _source_at(sha, v.source)) is not None and _code(then) != _code((REPO / v.source).read_text())]
+
+
+@functools.lru_cache(maxsize=None)
+def _source_at(sha: str, source: str) -> str | None:
+    """A file as committed at sha (None: no git, no such commit or file); `make log` asks for each
+    step twice, for README and for KERNEL_LOG."""
+    from rosetta.registry import REPO
+
+    then = subprocess.run(["git", "-C", str(REPO), "show", f"{sha}:{source}"], capture_output=True, text=True)
+    return then.stdout if then.returncode == 0 else None
 
 
 def _code(source: str) -> str:

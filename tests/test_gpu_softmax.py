@@ -1,6 +1,6 @@
 """softmax beyond the shared GPU checks of tests/test_gpu.py: special values (-inf, +inf, NaN,
-huge) in rows long enough to reach every long-row path (online loops, clusters, split rows),
-forward and backward, against what torch gives on the same rows; and strided inputs to the
+huge) in rows from 5 elements to long enough to reach every long-row path (online loops,
+clusters, split rows), forward and backward, against what torch gives on the same rows; and strided inputs to the
 backward. NaN and infinities must land where torch's do, exactly."""
 import pytest
 import torch
@@ -18,10 +18,12 @@ STEP_DTYPES = [(v, d) for v in STEPS for d in v.dtypes]
 INF, NAN = float("inf"), float("nan")
 SPLIT_TILES = "past SMs x 4,096"  # a length known only on the GPU: see row_length
 
-# Row lengths the special values are placed in, and the paths each reaches (fp32 / 16-bit). Short
-# rows of 5 are tested forward in tests/test_gpu.py. The lengths share test_gpu.py's Triton
+# Row lengths the special values are placed in, and the paths each reaches (fp32 / 16-bit). The
+# lengths share test_gpu.py's Triton
 # specialisations (777, 5000 ~ 4097, 50000, 262144), so a run after it compiles little anew.
 LENGTHS = (
+    # shorter than a vector of most lanes: every step's masked, single-chunk path
+    5,
     # odd: CUDA steps 5-8's register tiles, 16-bit a warp per row (4 vectors a lane), fp32 blocks
     # of 128 x 8; Triton steps 3-4 tiles of 2 rows x 1,024, steps 1-2 one block of 1,024
     777,

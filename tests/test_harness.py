@@ -267,6 +267,7 @@ def test_a_step_whose_code_changed_after_the_run_is_named(tmp_path, monkeypatch)
         return SimpleNamespace(returncode=0, stdout=text)
 
     monkeypatch.setattr(results.subprocess, "run", git_show)
+    results._source_at.cache_clear()
     assert results.changed_since_run(tmp_path, rosetta.variants("vector_add")) == [edited]
     block = log.step_block(edited, [], [], "0123abcd")
     assert "**Changed since the run:** the source differs from run 0123abcd's" in block
