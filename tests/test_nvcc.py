@@ -85,7 +85,7 @@ CUOBJDUMP = _cuobjdump()
 
 def sass_opcodes(cubin, kernel_substring):
     """The opcode sequence of the first kernel whose mangled name contains kernel_substring, shapes
-    included (HGMMA.64x256x16.F32.BF16). Only that kernel is disassembled: a softmax cubin holds ~100."""
+    included (HGMMA.64x256x16.F32.BF16). Only that kernel is disassembled: softmax step 5's cubin holds ~100."""
     symbols = subprocess.run([CUOBJDUMP, "--dump-elf-symbols", str(cubin)], capture_output=True, text=True).stdout
     names = [line.split()[-1] for line in symbols.splitlines() if "STO_ENTRY" in line]
     name = next((n for n in names if kernel_substring in n), None)

@@ -36,7 +36,327 @@ Layout:   rows
 namespace {
 
 namespace sm = rosetta::softmax;
+using rosetta::aligned16;
+using rosetta::Max;
+using rosetta::Sum;
 using rosetta::Vec16;
+using sm::kMaxRegisterCols;
+using sm::kVec;
+using sm::load_vec;
+using sm::row_grid;
+using sm::rows_aligned;
+using sm::store_vec;
+
+// ---------------------------------------------------------------------------------------------
+// Rows of up to 16,384 elements: the row in registers. A "group" (a warp, or the whole block)
+// owns a row; thread t of a group of kGroup threads holds vectors t, t + kGroup, ... (coalesced:
+// neighbouring threads hold neighbouring 16-byte vectors), kElems fp32 values in all, loaded
+// before any is used.
+
+constexpr int kWarpRowThreads = 128;  // 4 warps, a row each
+
+template <typename T, int kGroup, int kElems>
+struct RowTile {
+  static constexpr int V = kVec<T>, kVecs = kElems / V;
+  static_assert(kElems % V == 0 && kVecs >= 1, "whole 16-byte vectors per thread");
+  using Raw = Vec16<T>[kVecs];
+  float v[kVecs][V];
+
+  __device__ __forceinline__ int64_t col(int i, int t) const { return (int64_t(i) * kGroup + t) * V; }
+
+  // kWhole: the host checked that every row starts on 16 bytes and cols % V == 0, so each vector
+  // is wholly inside the row or wholly past its end: one predicated 16-byte load (`fill` past the
+  // end) and no branch. Else vector by vector, element-wise where a vector is unaligned or crosses
+  // the end. Raw vectors first, unpack() later: with two tiles, both tiles' loads issue before the
+  // first conversion waits on one (load_pair).
+  __device__ __forceinline__ void fetch(Raw& p, const T* row, int cols, int t, float fill) const {
+    Vec16<T> pad;
+#pragma unroll
+    for (int k = 0; k < V; ++k) pad.set(k, fill);
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i)
+      p[i].raw = int(col(i, t)) < cols ? *reinterpret_cast<const uint4*>(row + col(i, t)) : pad.raw;
+  }
+  __device__ __forceinline__ void unpack(const Raw& p) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i)
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[i][k] = p[i].get(k);
+  }
+  template <bool kWhole>
+  __device__ __forceinline__ void load(const T* row, int64_t cols, int t, float fill) {
+    if constexpr (kWhole) {
+      Raw p;
+      fetch(p, row, int(cols), t, fill);
+      unpack(p);
+    } else {
+      const bool vec = aligned16(row);
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) {  // all kVecs loads issue before the first use below
+        const Vec16<T> p = load_vec(row, col(i, t), cols, vec, fill);
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[i][k] = p.get(k);
+      }
+    }
+  }
+  template <bool kWhole>
+  __device__ __forceinline__ void store(T* row, int64_t cols, int t) const {
+    const bool vec = kWhole || aligned16(row);
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      Vec16<T> p;
+#pragma unroll
+      for (int k = 0; k < V; ++k) p.set(k, v[i][k]);
+      if constexpr (kWhole) {
+        if (int(col(i, t)) < int(cols)) *reinterpret_cast<uint4*>(row + col(i, t)) = p.raw;
+      } else {
+        store_vec(row, col(i, t), cols, vec, p);
+      }
+    }
+  }
+};
+
+// Both tiles of a backward row (y and dy, 0 past the end). On the whole-vector path every load of
+// both issues before the first conversion; two load() calls on the element-wise path would wait
+// for y's data before asking for dy's (each vector's branch keeps its conversion in front).
+template <bool kWhole, typename Tile, typename T>
+__device__ __forceinline__ void load_pair(Tile& a, const T* ra, Tile& b, const T* rb, int64_t cols, int t) {
+  if constexpr (kWhole) {
+    typename Tile::Raw pa, pb;
+    a.fetch(pa, ra, int(cols), t, 0.0f);
+    b.fetch(pb, rb, int(cols), t, 0.0f);
+    a.unpack(pa);
+    b.unpack(pb);
+  } else {
+    a.template load<false>(ra, cols, t, 0.0f);
+    b.template load<false>(rb, cols, t, 0.0f);
+  }
+}
+
+// max, then exp in place (one exp per element), then scale: the row is never read twice.
+// reduce(v, Op) is the group's all-reduce (a warp's shuffles, or block_reduce).
+template <typename Tile, typename Reduce>
+__device__ __forceinline__ void softmax_tile(Tile& x, Reduce reduce) {
+  float m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i)
+#pragma unroll
+    for (int k = 0; k < Tile::V; ++k) m = fmaxf(m, x.v[i][k]);
+  m = reduce(m, Max{});  // -inf only for an all -inf (or NaN) row: exp(NaN) below, as torch
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i)
+#pragma unroll
+    for (int k = 0; k < Tile::V; ++k) s += (x.v[i][k] = __expf(x.v[i][k] - m));  // padding: exp(-inf) = 0
+  const float inv = __fdividef(1.0f, reduce(s, Sum{}));  // s >= 1 (or NaN): no IEEE slow path needed
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i)
+#pragma unroll
+    for (int k = 0; k < Tile::V; ++k) x.v[i][k] *= inv;
+}
+
+// dx = y * (dy - dot), written over dy.
+template <typename Tile, typename Reduce>
+__device__ __forceinline__ void backward_tile(const Tile& y, Tile& dy, Reduce reduce) {
+  float dot = 0.0f;
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i)
+#pragma unroll
+    for (int k = 0; k < Tile::V; ++k) dot += y.v[i][k] * dy.v[i][k];  // padding: 0 * 0
+  dot = reduce(dot, Sum{});
+#pragma unroll
+  for (int i = 0; i < Tile::kVecs; ++i)
+#pragma unroll
+    for (int k = 0; k < Tile::V; ++k) dy.v[i][k] = y.v[i][k] * (dy.v[i][k] - dot);
+}
+
+struct WarpAllReduce {
+  template <typename Op> __device__ __forceinline__ float operator()(float v, Op op) const {
+    return rosetta::warp_reduce(v, op);
+  }
+};
+template <int kThreads>
+struct BlockAllReduce {
+  float* scratch;
+  template <typename Op> __device__ __forceinline__ float operator()(float v, Op op) const {
+    return rosetta::block_reduce<kThreads>(v, scratch, op);
+  }
+};
+
+// A warp per row, 4 rows per block; no block barrier, so warps past the last row just leave.
+template <typename T, int kElems, bool kWhole>
+__global__ void __launch_bounds__(kWarpRowThreads)
+softmax_warp_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int64_t cols) {
+  constexpr int kWarps = kWarpRowThreads / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t step = int64_t(gridDim.x) * kWarps;
+  for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows; row += step) {
+    RowTile<T, 32, kElems> tile;
+    tile.template load<kWhole>(x + row * x_stride, cols, lane, -INFINITY);
+    softmax_tile(tile, WarpAllReduce{});
+    tile.template store<kWhole>(out + row * cols, cols, lane);
+  }
+}
+
+// A block per row: block b takes row b (the host launches 2^31 - 1 rows at a time), no row loop.
+// kMinBlocks blocks per SM caps the registers at 65,536 / (kMinBlocks x kThreads); 0 sets no cap.
+// The tables below say why each tile has its cap.
+template <typename T, int kThreads, int kElems, int kMinBlocks, bool kWhole>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+softmax_block_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t cols) {
+  __shared__ float scratch[kThreads / 32];
+  RowTile<T, kThreads, kElems> tile;
+  tile.template load<kWhole>(x + blockIdx.x * x_stride, cols, threadIdx.x, -INFINITY);
+  softmax_tile(tile, BlockAllReduce<kThreads>{scratch});
+  tile.template store<kWhole>(out + blockIdx.x * cols, cols, threadIdx.x);
+}
+
+template <typename T, int kElems, bool kWhole>
+__global__ void __launch_bounds__(kWarpRowThreads)
+backward_warp_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
+                  T* __restrict__ dx, int64_t rows, int64_t cols) {
+  constexpr int kWarps = kWarpRowThreads / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t step = int64_t(gridDim.x) * kWarps;
+  for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows; row += step) {
+    RowTile<T, 32, kElems> ty, tg;
+    load_pair<kWhole>(ty, y + row * y_stride, tg, dy + row * dy_stride, cols, lane);
+    backward_tile(ty, tg, WarpAllReduce{});
+    tg.template store<kWhole>(dx + row * cols, cols, lane);
+  }
+}
+
+template <typename T, int kThreads, int kElems, int kMinBlocks, bool kWhole>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+backward_block_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
+                   T* __restrict__ dx, int64_t cols) {
+  __shared__ float scratch[kThreads / 32];
+  RowTile<T, kThreads, kElems> ty, tg;
+  load_pair<kWhole>(ty, y + blockIdx.x * y_stride, tg, dy + blockIdx.x * dy_stride, cols, threadIdx.x);
+  backward_tile(ty, tg, BlockAllReduce<kThreads>{scratch});
+  tg.template store<kWhole>(dx + blockIdx.x * cols, cols, threadIdx.x);
+}
+
+// The register tiles: warp(kElems) runs a warp per row, block(kThreads, kElems, kMinBlocks) a
+// block per row (the numbers as std::integral_constant). kElems <= 32 fp32 values per thread and
+// tensor. Picked per direction by the row length; false, and nothing called, past 16,384.
+template <int N> using Int = std::integral_constant<int, N>;
+
+// Warp tiles of 1, 2 or 4 16-byte vectors per lane: rows of up to 128 vectors.
+template <typename T, typename Warp>
+bool pick_warp_tile(int64_t cols, Warp warp) {
+  constexpr int V = kVec<T>;
+  if (cols <= 32 * V) warp(Int<V>{});
+  else if (cols <= 64 * V) warp(Int<2 * V>{});
+  else warp(Int<4 * V>{});
+  return true;
+}
+
+// Forward. Warp tiles up to 1,024 columns, except fp32 rows of 513-1,024: 128-thread blocks of 8
+// values, 16 blocks per SM (4096 x 1024 in a development run: 2,503 GB/s against the warp tile's
+// 2,405). 256 x 16 tiles (2,049-4,096) of 16-bit types are capped at 32 registers, 8 blocks per
+// SM where 40 registers allowed 6 (bf16 4096 x 4096: 2,979 against 2,738); fp32 would spill there.
+template <typename T, typename Warp, typename Block>
+bool pick_forward_tile(int64_t cols, Warp warp, Block block) {
+  constexpr int V = kVec<T>;
+  constexpr bool kHalf = sizeof(T) == 2;
+  if (cols <= 128 * V) return pick_warp_tile<T>(cols, warp);  // 16-bit: every row up to 1,024
+  if constexpr (V == 4)
+    if (cols <= 1024) return block(Int<128>{}, Int<8>{}, Int<16>{}), true;
+  if (cols <= 2048) block(Int<256>{}, Int<8>{}, Int<4>{});
+  else if (cols <= 4096) block(Int<256>{}, Int<16>{}, Int<kHalf ? 8 : 4>{});
+  else if (cols <= 8192) block(Int<256>{}, Int<32>{}, Int<4>{});
+  else if (cols <= kMaxRegisterCols) block(Int<512>{}, Int<32>{}, Int<2>{});
+  else return false;
+  return true;
+}
+
+// Backward: two tiles (y and dy). fp32 rows of 513-1,024 run 256-thread blocks, one 16-byte vector
+// per thread and tensor (4096 x 1024: 2,829 GB/s against the warp tile's 2,608); 256 x 16 is capped
+// at 48 registers, 5 blocks per SM where the uncapped ~56 allow 4 (with per-vector loads a cap of
+// 40 and 6 blocks measured best, bf16 4096 x 4096 3,065 against 2,976; load_pair's raw vectors
+// spill at 40, and Triton's kernel for the same tile runs 48 and 5). The other tiles have no cap (0): ptxas picks (32-94 registers, no
+// spills), where an explicit 1 block per SM let it take more (80 -> 96 for 256 x 32, and bf16
+// 16384 x 8192 ran 4% slower).
+template <typename T, typename Warp, typename Block>
+bool pick_backward_tile(int64_t cols, Warp warp, Block block) {
+  constexpr int V = kVec<T>;
+  if (cols <= 128 * V) return pick_warp_tile<T>(cols, warp);
+  if constexpr (V == 4)
+    if (cols <= 1024) return block(Int<256>{}, Int<4>{}, Int<4>{}), true;
+  if (cols <= 2048) block(Int<256>{}, Int<8>{}, Int<0>{});
+  else if (cols <= 4096) block(Int<256>{}, Int<16>{}, Int<5>{});
+  else if (cols <= 8192) block(Int<256>{}, Int<32>{}, Int<0>{});
+  else if (cols <= kMaxRegisterCols) block(Int<512>{}, Int<32>{}, Int<0>{});
+  else return false;
+  return true;
+}
+
+// f(std::bool_constant<whole>): whole when every row of every tensor starts on 16 bytes and cols
+// is a multiple of the vector width (the tiles' branch-free path).
+template <typename F>
+void by_wholeness(bool whole, F f) {
+  if (whole) f(std::true_type{});
+  else f(std::false_type{});
+}
+
+// Block-per-row grids, 2^31 - 1 rows a launch: launch(first row, blocks).
+template <typename Launch>
+void for_row_blocks(int64_t rows, Launch launch) {
+  for (int64_t first = 0; first < rows; first += INT32_MAX)
+    launch(first, unsigned(std::min<int64_t>(rows - first, INT32_MAX)));
+}
+
+template <typename T>
+bool launch_forward_in_registers(const T* x, int64_t x_stride, T* out, int64_t rows, int64_t cols,
+                                 cudaStream_t stream) {
+  const bool whole = cols % kVec<T> == 0 && rows_aligned(x, x_stride) && aligned16(out);
+  return pick_forward_tile<T>(
+      cols,
+      [&](auto elems) {
+        by_wholeness(whole, [&](auto w) {
+          softmax_warp_row<T, decltype(elems)::value, decltype(w)::value>
+              <<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(x, x_stride, out, rows, cols);
+        });
+      },
+      [&](auto threads, auto elems, auto min_blocks) {
+        constexpr int kThreads = decltype(threads)::value;
+        by_wholeness(whole, [&](auto w) {
+          for_row_blocks(rows, [&](int64_t first, unsigned blocks) {
+            softmax_block_row<T, kThreads, decltype(elems)::value, decltype(min_blocks)::value, decltype(w)::value>
+                <<<blocks, kThreads, 0, stream>>>(x + first * x_stride, x_stride, out + first * cols, cols);
+          });
+        });
+      });
+}
+
+template <typename T>
+bool launch_backward_in_registers(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
+                                  int64_t rows, int64_t cols, cudaStream_t stream) {
+  const bool whole = cols % kVec<T> == 0 && rows_aligned(y, y_stride) && rows_aligned(dy, dy_stride) && aligned16(dx);
+  return pick_backward_tile<T>(
+      cols,
+      [&](auto elems) {
+        by_wholeness(whole, [&](auto w) {
+          backward_warp_row<T, decltype(elems)::value, decltype(w)::value>
+              <<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(y, y_stride, dy, dy_stride, dx,
+                                                                                      rows, cols);
+        });
+      },
+      [&](auto threads, auto elems, auto min_blocks) {
+        constexpr int kThreads = decltype(threads)::value;
+        by_wholeness(whole, [&](auto w) {
+          for_row_blocks(rows, [&](int64_t first, unsigned blocks) {
+            backward_block_row<T, kThreads, decltype(elems)::value, decltype(min_blocks)::value, decltype(w)::value>
+                <<<blocks, kThreads, 0, stream>>>(y + first * y_stride, y_stride, dy + first * dy_stride, dy_stride,
+                                                  dx + first * cols, cols);
+          });
+        });
+      });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Longer rows, up to what one block's shared memory holds: the row in shared memory.
 
 constexpr int kSmemThreads = 512;
 constexpr int kBatch = 8;          // 16-byte vectors in flight per thread (forward)
@@ -48,21 +368,21 @@ constexpr int kBatchBackward = 3;  // per tensor: y and dy (4 spills at 64 regis
 template <typename T>
 __global__ void __launch_bounds__(kSmemThreads, 2)
 softmax_row_in_smem(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int cols) {
-  constexpr int V = sm::kVec<T>;
+  constexpr int V = kVec<T>;
   extern __shared__ uint4 row_smem[];  // ceil(cols / V) vectors
   __shared__ sm::Online scratch[kSmemThreads / 32];
   const int vecs = (cols + V - 1) / V;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {  // block-uniform: barriers inside
     const T* in = x + row * x_stride;
     T* o = out + row * cols;
-    const bool vin = rosetta::aligned16(in), vout = rosetta::aligned16(o);
+    const bool vin = aligned16(in), vout = aligned16(o);
     sm::Online t = sm::Online::empty();
     for (int i0 = threadIdx.x; i0 < vecs; i0 += kBatch * kSmemThreads) {
       Vec16<T> v[kBatch];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {  // all loads issue before the first store
         const int i = i0 + b * kSmemThreads;
-        if (i < vecs) v[b] = sm::load_vec(in, int64_t(i) * V, cols, vin, -INFINITY);
+        if (i < vecs) v[b] = load_vec(in, int64_t(i) * V, cols, vin, -INFINITY);
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b)
@@ -77,7 +397,7 @@ softmax_row_in_smem(const T* __restrict__ x, int64_t x_stride, T* __restrict__ o
       Vec16<T> v{row_smem[i]};
 #pragma unroll
       for (int k = 0; k < V; ++k) v.set(k, __expf(v.get(k) - r.m) * inv);  // r.m = -inf: NaN, as torch
-      sm::store_vec(o, int64_t(i) * V, cols, vout, v);
+      store_vec(o, int64_t(i) * V, cols, vout, v);
     }
   }
 }
@@ -87,7 +407,7 @@ template <typename T>
 __global__ void __launch_bounds__(kSmemThreads, 2)
 backward_row_in_smem(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
                      T* __restrict__ dx, int64_t rows, int cols) {
-  constexpr int V = sm::kVec<T>;
+  constexpr int V = kVec<T>;
   extern __shared__ uint4 row_smem[];  // 2 x ceil(cols / V) vectors
   __shared__ float scratch[kSmemThreads / 32];
   const int vecs = (cols + V - 1) / V;
@@ -97,7 +417,7 @@ backward_row_in_smem(const T* __restrict__ y, int64_t y_stride, const T* __restr
     const T* yr = y + row * y_stride;
     const T* gr = dy + row * dy_stride;
     T* o = dx + row * cols;
-    const bool vy = rosetta::aligned16(yr), vg = rosetta::aligned16(gr), vo = rosetta::aligned16(o);
+    const bool vy = aligned16(yr), vg = aligned16(gr), vo = aligned16(o);
     float dot = 0.0f;
     for (int i0 = threadIdx.x; i0 < vecs; i0 += kBatchBackward * kSmemThreads) {
       Vec16<T> a[kBatchBackward], b[kBatchBackward];
@@ -105,8 +425,8 @@ backward_row_in_smem(const T* __restrict__ y, int64_t y_stride, const T* __restr
       for (int u = 0; u < kBatchBackward; ++u) {
         const int i = i0 + u * kSmemThreads;
         if (i < vecs) {
-          a[u] = sm::load_vec(yr, int64_t(i) * V, cols, vy, 0.0f);  // 0 past the end: 0 * 0 adds nothing
-          b[u] = sm::load_vec(gr, int64_t(i) * V, cols, vg, 0.0f);
+          a[u] = load_vec(yr, int64_t(i) * V, cols, vy, 0.0f);  // 0 past the end: 0 * 0 adds nothing
+          b[u] = load_vec(gr, int64_t(i) * V, cols, vg, 0.0f);
         }
       }
 #pragma unroll
@@ -120,13 +440,13 @@ backward_row_in_smem(const T* __restrict__ y, int64_t y_stride, const T* __restr
         }
       }
     }
-    dot = rosetta::block_reduce<kSmemThreads, rosetta::Sum>(dot, scratch);
+    dot = rosetta::block_reduce<kSmemThreads, Sum>(dot, scratch);
     for (int i = threadIdx.x; i < vecs; i += kSmemThreads) {
       const Vec16<T> a{y_smem[i]}, b{dy_smem[i]};
       Vec16<T> r;
 #pragma unroll
       for (int k = 0; k < V; ++k) r.set(k, a.get(k) * (b.get(k) - dot));
-      sm::store_vec(o, int64_t(i) * V, cols, vo, r);
+      store_vec(o, int64_t(i) * V, cols, vo, r);
     }
   }
 }
@@ -134,42 +454,51 @@ backward_row_in_smem(const T* __restrict__ y, int64_t y_stride, const T* __restr
 // Bytes of shared memory for `tensors` rows of cols elements held as whole 16-byte vectors.
 template <typename T>
 int64_t smem_bytes(int64_t cols, int tensors) {
-  return tensors * rosetta::ceil_div(cols, sm::kVec<T>) * 16;
+  return tensors * rosetta::ceil_div(cols, kVec<T>) * 16;
 }
 
 }  // namespace
 
 cudaError_t softmax_05_row_on_chip(const rosetta::SoftmaxArgs& a, cudaStream_t stream) {
   const int64_t rows = a.x.size[0], cols = a.x.size[1];
-  return sm::launch_forward(a, stream, [&](auto tag, auto x, int64_t xs, auto out) {
+  if (rows == 0 || cols == 0) return cudaSuccess;  // nothing to write
+  cudaError_t status = cudaSuccess;
+  const cudaError_t launched = rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
     using T = decltype(tag);
+    const T* x = a.x.ptr<const T>();
+    T* out = a.out.ptr<T>();
+    if (launch_forward_in_registers(x, a.x.stride[0], out, rows, cols, stream)) return;
     const int64_t bytes = smem_bytes<T>(cols, 1);
     if (bytes > sm::max_dynamic_smem()) {
-      sm::launch_online(x, xs, out, rows, cols, stream);  // too long for one SM: 2 reads + 1 write
-      return cudaSuccess;
+      status = softmax_04_online(a, stream);  // too long for one SM: 2 reads + 1 write
+      return;
     }
-    const cudaError_t status =
-        cudaFuncSetAttribute(softmax_row_in_smem<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    status = cudaFuncSetAttribute(softmax_row_in_smem<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
     if (status == cudaSuccess)
-      softmax_row_in_smem<T><<<sm::row_grid(rows), kSmemThreads, bytes, stream>>>(x, xs, out, rows, int(cols));
-    return status;
+      softmax_row_in_smem<T><<<row_grid(rows), kSmemThreads, bytes, stream>>>(x, a.x.stride[0], out, rows, int(cols));
   });
+  return status != cudaSuccess ? status : launched;
 }
 
 cudaError_t softmax_05_row_on_chip_backward(const rosetta::SoftmaxBackwardArgs& a, cudaStream_t stream) {
   const int64_t rows = a.y.size[0], cols = a.y.size[1];
-  return sm::launch_backward(a, stream, [&](auto tag, auto y, int64_t ys, auto dy, int64_t gs, auto dx) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  cudaError_t status = cudaSuccess;
+  const cudaError_t launched = rosetta::dispatch_dtype(a.y.dtype, [&](auto tag) {
     using T = decltype(tag);
+    const T* y = a.y.ptr<const T>();
+    const T* dy = a.dy.ptr<const T>();
+    T* dx = a.dx.ptr<T>();
+    const int64_t ys = a.y.stride[0], gs = a.dy.stride[0];
+    if (launch_backward_in_registers(y, ys, dy, gs, dx, rows, cols, stream)) return;
     const int64_t bytes = smem_bytes<T>(cols, 2);
     if (bytes > sm::max_dynamic_smem()) {
-      sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // too long: 4 reads + 1 write
-      return cudaSuccess;
+      status = softmax_04_online_backward(a, stream);  // too long: 4 reads + 1 write
+      return;
     }
-    const cudaError_t status =
-        cudaFuncSetAttribute(backward_row_in_smem<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    status = cudaFuncSetAttribute(backward_row_in_smem<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
     if (status == cudaSuccess)
-      backward_row_in_smem<T><<<sm::row_grid(rows), kSmemThreads, bytes, stream>>>(y, ys, dy, gs, dx, rows,
-                                                                                   int(cols));
-    return status;
+      backward_row_in_smem<T><<<row_grid(rows), kSmemThreads, bytes, stream>>>(y, ys, dy, gs, dx, rows, int(cols));
   });
+  return status != cudaSuccess ? status : launched;
 }

@@ -12,7 +12,7 @@ Changed:  a row longer than step 5's register tiles (> 16,384 elements) is cut i
           smallest that gives <= 100 KB of slice per CTA (two CTAs per SM, so one's exchange
           overlaps the other's loads), else <= ~226 KB (one per SM); launched with
           cudaLaunchKernelEx and cudaLaunchAttributeClusterDimension. Rows <= 16,384 take
-          step 5's register tiles (softmax.cuh).
+          step 5's register tiles (through step 5's entry point).
 Why:      step 5 read rows past one SM's 227 KB twice (bf16 4096 x 131072 is 256 KB a row,
           fp32 4096 x 262144 1 MB): 3n bytes, <= 2/3 of the copy ceiling. A cluster's shared
           memory is up to 16 x 227 KB: 1 MB of fp32 is 16 x 64 KB (or 8 x 128 KB), so the row
@@ -216,7 +216,7 @@ cudaError_t softmax_06_cluster(const rosetta::SoftmaxArgs& a, cudaStream_t strea
     using T = decltype(tag);
     cudaError_t status = cudaSuccess;
     if (!launch_cluster<T>(softmax_cluster<T>, 1, rows, cols, stream, status, x, xs, out))
-      sm::launch_online(x, xs, out, rows, cols, stream);  // past 16 x 226 KB: 2 reads + 1 write
+      return softmax_04_online(a, stream);  // past 16 x 226 KB: 2 reads + 1 write
     return status;
   });
 }
@@ -227,7 +227,7 @@ cudaError_t softmax_06_cluster_backward(const rosetta::SoftmaxBackwardArgs& a, c
     using T = decltype(tag);
     cudaError_t status = cudaSuccess;
     if (!launch_cluster<T>(backward_cluster<T>, 2, rows, cols, stream, status, y, ys, dy, gs, dx))
-      sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // 4 reads + 1 write
+      return softmax_04_online_backward(a, stream);  // 4 reads + 1 write
     return status;
   });
 }

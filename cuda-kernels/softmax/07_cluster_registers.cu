@@ -173,8 +173,7 @@ cudaError_t softmax_07_cluster_registers(const rosetta::SoftmaxArgs& a, cudaStre
     using T = decltype(tag);
     int ranks = 0, slice = 0;
     if (!plan_clusters<T>(cols, sm::rows_aligned(x, xs) && sm::rows_aligned(out, cols), ranks, slice)) {
-      sm::launch_online(x, xs, out, rows, cols, stream);  // 2 reads + 1 write
-      return cudaSuccess;
+      return softmax_04_online(a, stream);  // 2 reads + 1 write
     }
     const auto kernel = softmax_cluster_registers<T>;
     return sm::launch_cluster_rows(kernel, rows, ranks, kThreads, 0, stream, [&](cudaLaunchConfig_t& c, int64_t first) {
@@ -190,8 +189,7 @@ cudaError_t softmax_07_cluster_registers_backward(const rosetta::SoftmaxBackward
     int ranks = 0, slice = 0;
     const bool aligned = sm::rows_aligned(y, ys) && sm::rows_aligned(dy, gs) && sm::rows_aligned(dx, cols);
     if (!plan_clusters<T>(cols, aligned, ranks, slice)) {
-      sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // 4 reads + 1 write
-      return cudaSuccess;
+      return softmax_04_online_backward(a, stream);  // 4 reads + 1 write
     }
     const auto kernel = backward_cluster_registers<T>;
     return sm::launch_cluster_rows(kernel, rows, ranks, kThreads, 0, stream, [&](cudaLaunchConfig_t& c, int64_t first) {

@@ -167,8 +167,7 @@ cudaError_t softmax_08_cluster_bulk(const rosetta::SoftmaxArgs& a, cudaStream_t 
     using T = decltype(tag);
     int ranks = 0, slice = 0;
     if (!plan_clusters<T>(cols, 1, sm::rows_aligned(x, xs) && sm::rows_aligned(out, cols), ranks, slice)) {
-      sm::launch_online(x, xs, out, rows, cols, stream);  // 2 reads + 1 write
-      return cudaSuccess;
+      return softmax_04_online(a, stream);  // 2 reads + 1 write
     }
     const auto kernel = softmax_cluster_bulk<T>;
     const size_t smem = size_t(slice) * sizeof(T);
@@ -185,8 +184,7 @@ cudaError_t softmax_08_cluster_bulk_backward(const rosetta::SoftmaxBackwardArgs&
     int ranks = 0, slice = 0;
     const bool aligned = sm::rows_aligned(y, ys) && sm::rows_aligned(dy, gs) && sm::rows_aligned(dx, cols);
     if (!plan_clusters<T>(cols, 2, aligned, ranks, slice)) {
-      sm::launch_dot_backward(y, ys, dy, gs, dx, rows, cols, stream);  // 4 reads + 1 write
-      return cudaSuccess;
+      return softmax_04_online_backward(a, stream);  // 4 reads + 1 write
     }
     const auto kernel = backward_cluster_bulk<T>;
     const size_t smem = 2 * size_t(slice) * sizeof(T);
