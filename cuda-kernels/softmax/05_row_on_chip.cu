@@ -275,9 +275,9 @@ bool pick_forward_tile(int64_t cols, Warp warp, Block block) {
 // per thread and tensor (4096 x 1024: 2,829 GB/s against the warp tile's 2,608); 256 x 16 is capped
 // at 48 registers, 5 blocks per SM where the uncapped ~56 allow 4 (with per-vector loads a cap of
 // 40 and 6 blocks measured best, bf16 4096 x 4096 3,065 against 2,976; load_pair's raw vectors
-// spill at 40, and Triton's kernel for the same tile runs 48 and 5). The other tiles have no cap (0): ptxas picks (32-94 registers, no
-// spills), where an explicit 1 block per SM let it take more (80 -> 96 for 256 x 32, and bf16
-// 16384 x 8192 ran 4% slower).
+// spill at 40, and Triton's kernel for the same tile runs 48 and 5). The other tiles have no cap
+// (0): ptxas picks (32-94 registers, no spills), where an explicit 1 block per SM let it take more
+// (80 -> 96 for 256 x 32, and bf16 16384 x 8192 ran 4% slower).
 template <typename T, typename Warp, typename Block>
 bool pick_backward_tile(int64_t cols, Warp warp, Block block) {
   constexpr int V = kVec<T>;
