@@ -1,9 +1,12 @@
 """The registry is the one source of truth: every step file is in it, and it is well formed."""
+import re
+
 import pytest
 import torch
 
 import rosetta
 from rosetta import steps as registry
+from rosetta.bench import lines
 from rosetta.ops import SPECS
 from rosetta.ops.spec import LAYOUTS
 
@@ -47,6 +50,17 @@ def test_variant_fields(v):
     assert v.source.endswith(f"{v.step:02d}_{v.name}{registry.SUFFIXES[v.backend]}")
     for field in ("title", "changed", "why", "still", "limits"):
         assert len(getattr(v.header, field)) > 3, f"{v.source}: empty {field}"
+
+
+@pytest.mark.parametrize("v", rosetta.variants(), ids=lambda v: v.label)
+def test_every_step_file_holds_its_kernels(v):
+    """A step's kernels live in its own file, not in a shared header, so the file a reader opens
+    shows the idea (and its line count counts it); or the step launches an earlier step's kernel
+    and says which in code (Triton matmul 4: step 3's kernel, autotuned)."""
+    text = (registry.REPO / v.source).read_text()
+    reused = re.search(rf'select\("{v.op}", "{v.backend}", (\d+)\)', text)
+    assert lines.count(registry.REPO / v.source).device_nloc > 0 or (reused and int(reused[1]) < v.step), \
+        f"{v.source} holds no kernel and names no earlier step whose kernel it launches"
 
 
 def test_qualnames_are_unique():
