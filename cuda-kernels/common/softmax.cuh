@@ -1,7 +1,7 @@
 // Pieces of the softmax ladder that later steps share, each taught by the first step that uses it:
 //   load_vec / store_vec           a row's 16-byte vectors, masked and scalar off the aligned path  step 3
-//   row_grid                       a block per row, the grid capped at 2^31 - 1 blocks              step 3
 //   Online, merge, block_merge     (max, sum of exp) pairs merged in one pass, -inf-safe           step 4
+//   row_grid                       a block per row, the grid capped at 2^31 - 1 blocks              step 4
 //   max_dynamic_smem               the opt-in shared memory a block may ask for                    step 5
 //   rows_aligned                   every row of a view starts on 16 bytes                         step 5
 //   launch_forward / _backward     the host side of steps 6-8: empty inputs and rows that step 5
@@ -14,7 +14,6 @@
 #pragma once
 
 #include <algorithm>
-#include <type_traits>
 
 #include "primitives.cuh"
 

@@ -31,6 +31,8 @@ Limits:   none: rows past ~226 KB (fp32 > ~57K elements, 16-bit > ~115K; backwar
           take step 4's kernels (2 reads + 1 write; backward 4 reads + 1 write).
 Layout:   rows
 */
+#include <type_traits>
+
 #include "softmax.cuh"
 
 namespace {
