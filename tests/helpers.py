@@ -4,7 +4,6 @@ import os
 
 import torch
 
-from rosetta.dispatch import exceeded
 from rosetta.ops import SPECS
 
 
@@ -12,11 +11,6 @@ from rosetta.ops import SPECS
 # input on the second GPU while the current device stays cuda:0: a launch that forgets the
 # tensors' device then fails.
 GPU = torch.device(os.environ.get("ROSETTA_TEST_DEVICE", "cuda"))
-
-
-def fits(variant, inputs) -> bool:
-    """True unless the inputs pass a bound the step declares (its refusal is tested apart)."""
-    return not exceeded(variant, inputs)
 
 
 def assert_matches_reference(variant, inputs, out, direction="forward"):

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rosetta
-from helpers import GPU, assert_matches_reference, fits
+from helpers import GPU, assert_matches_reference
+from rosetta.dispatch import fits
 from rosetta.ops import SPECS
 
 ON_CPU = os.environ.get("TRITON_INTERPRET") == "1"

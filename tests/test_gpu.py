@@ -8,7 +8,8 @@ import torch
 
 import rosetta
 from cases import HUGE_NUMEL, make_inputs, poisoned_output, strided_cases
-from helpers import GPU, assert_matches_reference, fits, gpu_memory_allows
+from helpers import GPU, assert_matches_reference, gpu_memory_allows
+from rosetta.dispatch import fits
 from rosetta.ops import SPECS
 
 pytestmark = pytest.mark.gpu

@@ -7,7 +7,8 @@ import torch
 
 import rosetta
 from cases import make_inputs
-from helpers import GPU, assert_matches_reference, fits
+from helpers import GPU, assert_matches_reference
+from rosetta.dispatch import fits
 from rosetta.ops import SPECS
 from rosetta.triton_kernels.common import sm_count
 

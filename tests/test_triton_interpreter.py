@@ -5,7 +5,8 @@ import torch
 
 import rosetta
 from cases import make_inputs, poisoned_output, strided_cases
-from helpers import assert_matches_reference, fits
+from helpers import assert_matches_reference
+from rosetta.dispatch import fits
 from rosetta.ops import SPECS
 
 TRITON = rosetta.variants(backend="triton")

@@ -12,8 +12,9 @@ Why:      tl.dot is where the compiler does what the CUDA ladder does by hand: i
           wgmma). One line absorbs CUDA steps 03-08 and the tensor-core steps.
           Arithmetic intensity of a 128 x 128 tile: per BLOCK_K slice 2·128·128·32 flops over
           (128 + 128)·32 values = 64 FMA per value loaded into shared memory (step 1: 64 as
-          well, but from L1/L2, re-fetched for every k with no staging). At 4096^3 fp32, A and B are each re-read 32 times:
-          2 x 32 x 64 MB = 4.3 GB through L2, ~0.3 GB of it from DRAM when tiles are L2 hits.
+          well, but from L1/L2, re-fetched for every k with no staging). At 4096^3 fp32, A and
+          B are each re-read 32 times: 2 x 32 x 64 MB = 4.3 GB through L2, ~0.3 GB of it from
+          DRAM when tiles are L2 hits.
 Still:    programs run in row-major order over the tile grid: at 4096^3 the 132 resident programs
           cover ~4 row blocks x 32 column blocks, so they share A rows but each needs a different
           B column block (the whole of B passes through L2 every ~wave). Step 3 groups programs.
