@@ -8,8 +8,39 @@ from helpers import GPU
 HAS_CUDA = torch.cuda.is_available()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shard", metavar="I/N", default=None,
+                     help="run only the I-th of N interleaved slices of the selected tests (1 <= I <= N): "
+                          "`make test-gpu` in N shorter runs, or on N GPUs at once")
+
+
+def shard_of(spec: str) -> tuple[int, int]:
+    """'2/4' -> (2, 4), or a UsageError that says what is expected."""
+    try:
+        i, n = (int(part) for part in spec.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard takes I/N, e.g. --shard 2/4; got {spec!r}") from None
+    if not 1 <= i <= n:
+        raise pytest.UsageError(f"--shard {spec}: I must be between 1 and N")
+    return i, n
+
+
+def pytest_configure(config):
+    if config.getoption("--shard"):
+        shard_of(config.getoption("--shard"))  # a bad value stops the run before collection
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k, so the shards split what was selected
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests skip, with the reason, where there is no GPU; they never pass vacuously."""
+    """`gpu` tests skip, with the reason, where there is no GPU; they never pass vacuously.
+    With --shard I/N, keep every N-th selected test from the I-th: interleaved, so each shard gets
+    its share of every file (a file's tests are alike in cost; runs of one file are not)."""
+    if config.getoption("--shard"):
+        i, n = shard_of(config.getoption("--shard"))
+        keep = items[i - 1::n]
+        kept = set(keep)
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = keep
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run `make test-gpu` on the GPU box)")
