@@ -14,9 +14,10 @@ On a GPU box, from the repository root:
   git apply bench/ablations/matmul_13.patch
   for v in base nomc amc hilbert scaled nonpersistent; do ABL=$v python bench/ablations/matmul_13.py; done
   git apply -R bench/ablations/matmul_13.patch
-Each variant runs in its own process (the extension is built once, the variant read at the first call),
-checks its output against fp32 cuBLAS with a bf16-rounding bound, then times both with the bench's
-method (CUDA graph replays, L2 flushed, median), so each ratio comes from one process.
+Each variant runs in its own process (the extension is built once, the variant read at the first call).
+It is checked as the bench checks a step (the matmul spec's fp64 reference, error and tolerance), then
+timed beside the cuBLAS tier with the bench's method (CUDA graph replays, L2 flushed, median), so each
+ratio comes from one process.
 """
 from __future__ import annotations
 
@@ -26,27 +27,28 @@ import torch
 
 import rosetta
 from rosetta import timing
+from rosetta.ops import SPECS
 
-SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (5120, 1536, 3072), (3000, 3000, 3000)]  # (M, K, N)
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (5120, 1536, 3072), (3000, 3000, 3000)]  # M x K x N
 
 
 def main() -> None:
     variant = os.environ.get("ABL", "base")
+    forward = SPECS["matmul"].forward
     flush = timing.Flush()
-    torch.manual_seed(0)
+    gen = torch.Generator(device="cuda").manual_seed(0)
     for dtype in (torch.bfloat16, torch.float16):
-        for m, k, n in SHAPES:
-            a = torch.randn(m, k, device="cuda", dtype=dtype)
-            b = torch.randn(k, n, device="cuda", dtype=dtype)
+        for shape in SHAPES:
+            a, b = forward.make_inputs(shape, dtype, "cuda", gen)
+            out = forward.allocate(a, b)
             step13 = lambda: rosetta.matmul(a, b, backend="cuda", step=13)  # noqa: E731
-            out, ref = step13().float(), a.float() @ b.float()
-            bound = (a.float().abs() @ b.float().abs()) * 2.0 ** -7  # a few bf16 roundings of |a| |b|
-            bad = int(((out - ref).abs() > bound).sum()) + int(out.isnan().sum())
-            flop = 2 * m * n * k
-            t_cublas = timing.measure(lambda: a @ b, flush)["p50_ms"]
+            cublas = lambda: forward.torch_eager(a, b, out)  # noqa: E731  the bench's cuBLAS tier
+            err = forward.error(step13(), forward.reference(a, b), (a, b)) / forward.tolerance[dtype]
+            t_cublas = timing.measure(cublas, flush)["p50_ms"]
             t_step = timing.measure(step13, flush)["p50_ms"]
-            print(f"{variant:13s} {str(dtype)[6:]:8s} {m}x{k}x{n} cublas {flop / t_cublas / 1e9:6.1f} "
-                  f"step13 {flop / t_step / 1e9:6.1f} TFLOP/s x{t_cublas / t_step:.3f} bad {bad}", flush=True)
+            flop = forward.flops(shape)
+            print(f"{variant:13s} {str(dtype)[6:]:8s} {'x'.join(map(str, shape))} cublas {flop / t_cublas / 1e9:6.1f} "
+                  f"step13 {flop / t_step / 1e9:6.1f} TFLOP/s x{t_cublas / t_step:.3f} error/tol {err:.2f}", flush=True)
 
 
 if __name__ == "__main__":
