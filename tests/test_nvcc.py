@@ -123,7 +123,7 @@ SASS_CLAIMS = [
     ("matmul/12_warp_specialized.cu", "I13__nv_bfloat16Lb0ELb0E", lambda ops: {
         "UTMALDG.2D", "HGMMA.64x256x16.F32.BF16", "USETMAXREG.DEALLOC.CTAPOOL", "USETMAXREG.TRY_ALLOC.CTAPOOL"} <= set(ops)),
     # "multicasts it to both (cp.async.bulk.tensor .multicast::cluster) ... (cp.async.bulk.tensor store, UTMASTG)"
-    ("matmul/13_persistent_clusters.cu", "I13__nv_bfloat16Li256ELb0ELb0E", lambda ops: {
+    ("matmul/13_persistent_clusters.cu", "I13__nv_bfloat16Li128ELi256ELb0ELb0E", lambda ops: {
         "UTMALDG.2D.MULTICAST", "UTMASTG.2D", "HGMMA.64x256x16.F32.BF16", "USETMAXREG.DEALLOC.CTAPOOL",
         "USETMAXREG.TRY_ALLOC.CTAPOOL"} <= set(ops)),
     # "LDG.E.128 / STG.E.128 ... warp shuffles (SHFL.BFLY, 5 per warp)" (read-only loads: .CONSTANT)

@@ -10,9 +10,12 @@ Changed:  step 12's warp-specialized block, made persistent: the grid is as many
           hands it to the copy engine (cp.async.bulk.tensor store, UTMASTG) one 64 x 64 box at a
           time through two buffers (box j is converted while box j - 1 is stored), while the
           producer is already filling the stages with the next tile. Staging two boxes instead
-          of the whole tile frees 32 KB: enough for a 4th 48 KB stage at kBN = 256. kBN is 256
-          or 192, whichever makes waves of cluster tiles x tile width smaller (3000^3: 3 waves
-          either way, so 192).
+          of the whole tile frees 32 KB: enough for a 4th 48 KB stage at 128 x 256. The tile is
+          128 x 256, 128 x 192 or 192 x 192 (three consumer warpgroups, 3 stages), whichever
+          makes waves of cluster pairs x tile area smallest, ties to the larger tile. 3000^3:
+          2 waves of 192 x 192 pairs = 3 waves of 128 x 192, with 17% fewer bytes from L2 per
+          flop; measured 483 -> 537-540 TFLOP/s (0.74x -> 0.82x of cuBLAS), the other shapes
+          unchanged (they keep 128 x 256).
 Why:      step 12 paid, per 128 x 256 tile, a pipeline fill and an epilogue with the tensor
           cores idle, and every block read its B tile from L2 alone. Now the next tile's loads
           overlap this tile's epilogue; L2 -> SM traffic per k-tile and CTA drops from 48 KB to
@@ -20,9 +23,9 @@ Why:      step 12 paid, per 128 x 256 tile, a pipeline fill and an epilogue with
           as whole 128-byte rows. The 4th stage matters because a stage is refilled only when
           both CTAs of the pair released it, so either CTA's hiccup stalls the other: 3 stages
           of 128 x 256 measured 190 us at 4096^3 in development, 4 stages 183-185 us.
-Still:    the two consumer warpgroups do their epilogues together, so the tensor cores idle
+Still:    the consumer warpgroups do their epilogues together, so the tensor cores idle
           while they convert and store (ping-pong consumers would overlap one's epilogue with
-          the other's MMAs); the tile shape is picked per problem from two, without stream-K
+          the other's MMAs); the tile shape is picked per problem from three, without stream-K
           for the last partial wave. Rows whose byte pitch is not a multiple of 128 (K or N =
           3000: 6000 B) make most 128-byte box rows straddle two L2 lines. Measured in
           development (bf16): 3000^3 takes 111 us with 6000-byte rows and 81 us (cuBLAS's
@@ -45,35 +48,40 @@ namespace {
 
 namespace sm90 = rosetta::sm90;
 
-constexpr int kBM = 128, kBK = 64, kCluster = 2;
-constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);  // 384
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+constexpr int kBK = 64, kCluster = 2;
+constexpr int kProducerRegs = 40;
 constexpr int kGroupM = 8;  // cluster rows (of 2 tiles) per group of the persistent order
 static_assert(kBK * 2 == 128, "one k-tile row is exactly one 128-byte swizzle row");
-static_assert(kBM == 64 * kConsumers, "one m64 wgmma row block per consumer warpgroup");
 
-// Shared memory for a kBN-wide tile: 4 stages of A (128 x 64) and B (kBN x 64), the output
-// staging (two swizzled 64 x 64 boxes per consumer, written and stored in turn), barriers, slack
-// for 1024-byte alignment. 256: 4 x 48 + 32 KB = 225 KB of 227; 192: 4 x 40 + 32 KB = 193 KB
-// (a 5th 40 KB stage would need 233).
-template <int kBN>
+// Shared memory for a kBM x kBN tile: up to 4 stages of A (kBM x 64) and B (kBN x 64), the
+// output staging (two swizzled 64 x 64 boxes per consumer, written and stored in turn),
+// barriers, slack for 1024-byte alignment. 128 x 256: 4 x 48 + 32 KB = 225 KB of 227;
+// 128 x 192: 4 x 40 + 32 KB = 193 KB (a 5th stage would need 233); 192 x 192: 3 x 48 + 48 KB.
+template <int kBM, int kBN>
 struct Config {
-  static constexpr int kStages = 4;
+  static constexpr int kConsumers = kBM / 64;  // one m64 wgmma row block per consumer warpgroup
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  // 64K registers per SM: the producer gives back to 40, the consumers share the rest
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 152;
   static constexpr int kBytesA = kBM * kBK * 2, kBytesB = kBN * kBK * 2;
   static constexpr int kStageBytes = kBytesA + kBytesB;
   static constexpr int kBoxBytes = 64 * 64 * 2;  // one consumer's 64 rows x 64 columns of output
   static constexpr int kOutBytes = kConsumers * 2 * kBoxBytes;
+  static constexpr int kStages = std::min(4, (227 * 1024 - kOutBytes - 1024 - 64) / kStageBytes);
   static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 2 * kStages * 8 + 1024;
+  static_assert(kBM % 64 == 0 && kStages >= 3, "whole consumer row blocks, a pipeline of 3+ stages");
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the register file");
   static_assert(kBN % 64 == 0 && (kBN / kCluster) % 8 == 0, "multicast halves of whole 8-row groups");
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one block");
 };
 
-template <typename T, int kBN, bool kMnMajorA, bool kMnMajorB>
-__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1)
+template <typename T, int kBM, int kBN, bool kMnMajorA, bool kMnMajorB>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(Config<kBM, kBN>::kThreads, 1)
     matmul_persistent(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                       const __grid_constant__ CUtensorMap map_out, T* __restrict__ out, int M, int N, int K,
                       bool tma_store, bool pairs) {
-  using C = Config<kBN>;
+  using C = Config<kBM, kBN>;
+  constexpr int kConsumers = C::kConsumers;
   using TileA = sm90::OperandTile<kBM, kMnMajorA>;
   using TileB = sm90::OperandTile<kBN, kMnMajorB>;
   extern __shared__ unsigned char smem_raw[];
@@ -118,7 +126,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    sm90::set_max_registers<kConsumerRegs>();
+    sm90::set_max_registers<C::kConsumerRegs>();
     const int row0 = 64 * (wg - 1);
     const bool leader = threadIdx.x % 128 == 0;  // issues the TMA stores
     unsigned char* const my_staging = staging + (wg - 1) * 2 * C::kBoxBytes;
@@ -188,22 +196,23 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1)
   sm90::cluster_sync();
 }
 
-template <typename T, int kBN, bool kMnA, bool kMnB>
+template <typename T, int kBM, int kBN, bool kMnA, bool kMnB>
 void launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const CUtensorMap& map_out, T* out, int M,
             int N, int K, bool tma_store, bool pairs, int pairs_total, cudaStream_t stream) {
-  const auto kernel = matmul_persistent<T, kBN, kMnA, kMnB>;
+  using C = Config<kBM, kBN>;
+  const auto kernel = matmul_persistent<T, kBM, kBN, kMnA, kMnB>;
   static const int max_clusters = [&] {  // clusters of 2 co-resident at 1 block per SM
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config<kBN>::kSmemBytes);
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(kCluster * rosetta::sm_count());
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = Config<kBN>::kSmemBytes;
+    config.blockDim = dim3(C::kThreads);
+    config.dynamicSmemBytes = C::kSmemBytes;
     int n = 0;
     cudaOccupancyMaxActiveClusters(&n, kernel, &config);
     return std::max(n, 1);
   }();
   const int clusters = std::min(pairs_total, max_clusters);
-  kernel<<<kCluster * clusters, kThreads, Config<kBN>::kSmemBytes, stream>>>(a.map, b.map, map_out, out, M, N, K,
+  kernel<<<kCluster * clusters, C::kThreads, C::kSmemBytes, stream>>>(a.map, b.map, map_out, out, M, N, K,
                                                                             tma_store, pairs);
 }
 
@@ -212,25 +221,35 @@ void launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const CUtensor
 cudaError_t matmul_13_persistent_clusters(const rosetta::MatmulArgs& args, cudaStream_t stream) {
   return sm90::tc_matmul_launch(args, stream, [&](auto tag, int M, int N, int K) {
     using T = decltype(tag);
-    // Tile width: the cluster-pair count in waves of ~half the SMs, times the width. 4096^3:
-    // 256 wide = 16 x 16 pairs = 4 waves of 66 (x 256 = 1024) beats 192 wide = 6 waves (1152).
+    // Tile shape: the cluster-pair count in waves of ~half the SMs, times the tile's area; ties go
+    // to the larger tile, which reads fewer bytes per flop (3000^3: 2 waves of 192 x 192 pairs =
+    // 3 waves of 128 x 192, and the larger tile moves 17% fewer bytes from L2).
     const int slots = rosetta::sm_count() / kCluster;
-    const int64_t pair_rows = rosetta::ceil_div(rosetta::ceil_div(M, kBM), kCluster);
-    const int64_t pairs256 = pair_rows * rosetta::ceil_div(N, 256), pairs192 = pair_rows * rosetta::ceil_div(N, 192);
-    const bool wide = rosetta::ceil_div(pairs256, slots) * 256 <= rosetta::ceil_div(pairs192, slots) * 192;
-    const int bn = wide ? 256 : 192;
-    const int64_t pairs_total = wide ? pairs256 : pairs192;
+    struct Shape { int bm, bn; };
+    const Shape shapes[] = {{192, 192}, {128, 256}, {128, 192}};
+    Shape pick{};
+    int64_t best = INT64_MAX, pairs_total = 0;
+    for (const Shape& t : shapes) {
+      const int64_t pairs = rosetta::ceil_div(rosetta::ceil_div(M, t.bm), kCluster) * rosetta::ceil_div(N, t.bn);
+      const int64_t cost = rosetta::ceil_div(pairs, slots) * t.bm * t.bn;
+      if (cost < best) best = cost, pick = t, pairs_total = pairs;
+    }
     if (pairs_total > INT_MAX) return cudaErrorInvalidValue;
+    const int bm = pick.bm, bn = pick.bn;
 
     sm90::TmaOperand a, b;
-    if (!sm90::make_tma_operand<T>(a, args.a, false, kBM) || !sm90::make_tma_operand<T>(b, args.b, true, bn / kCluster))
+    if (!sm90::make_tma_operand<T>(a, args.a, false, bm) || !sm90::make_tma_operand<T>(b, args.b, true, bn / kCluster))
       return cudaErrorInvalidValue;
     CUtensorMap map_out{};  // out is M x N contiguous: TMA stores need N % 8 == 0 and a 16-byte aligned base
     const bool tma_store = sm90::encode_map<T>(map_out, args.out.data, N, M, N, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
     const bool pairs = N % 2 == 0 && reinterpret_cast<uintptr_t>(args.out.data) % 4 == 0;
     sm90::with_majors(a.mn_major, b.mn_major, [&](auto mn_a, auto mn_b) {
-      if (wide) launch<T, 256, mn_a, mn_b>(a, b, map_out, args.out.ptr<T>(), M, N, K, tma_store, pairs, int(pairs_total), stream);
-      else launch<T, 192, mn_a, mn_b>(a, b, map_out, args.out.ptr<T>(), M, N, K, tma_store, pairs, int(pairs_total), stream);
+      const auto go = [&](auto kernel_launch) {
+        kernel_launch(a, b, map_out, args.out.ptr<T>(), M, N, K, tma_store, pairs, int(pairs_total), stream);
+      };
+      if (bm == 192) go(launch<T, 192, 192, mn_a, mn_b>);
+      else if (bn == 256) go(launch<T, 128, 256, mn_a, mn_b>);
+      else go(launch<T, 128, 192, mn_a, mn_b>);
     });
     return cudaSuccess;
   });
