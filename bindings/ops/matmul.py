@@ -150,6 +150,8 @@ SPEC = OpSpec(
                            # M, N or K: the TMA steps' zero-filled edge tiles and masked stores
         (2049, 64, 4097),  # CUDA step 8 on 132 SMs: 289 tiles = 2 waves + 25, so a data-parallel wave
                            # then stream-K pieces that cross tiles; N = 4097 also repacks b
+        (1500, 200, 3000),  # CUDA step 13 on 132 SMs picks its 192 x 192 tile pair (64 pairs, one
+                            # wave, where 128-row tiles need two): ragged in M, N and K
     ),
     cpu_shapes=(
         (1, 1, 1),  # a single multiply-add
