@@ -86,9 +86,10 @@ def shape_of(text: str) -> tuple[int, ...]:
 
 
 def changed_since_run(folder: Path, variants) -> list:
-    """The steps whose code (the file past its header comment) differs from the code at the bench
-    run's commit (git_sha in the folder's environment.json): their rows describe the earlier code.
-    Empty when git, or the commit, is not at hand (a tarball, a shallow clone)."""
+    """The steps whose code (the file past its header comment, without comment lines) differs from
+    the code at the bench run's commit (git_sha in the folder's environment.json): their rows
+    describe the earlier code. Empty when git, or the commit, is not at hand (a tarball, a shallow
+    clone)."""
     from rosetta.registry import REPO
 
     sha = read_environment(folder / "environment.json").get("git_sha")
@@ -109,8 +110,10 @@ def _source_at(sha: str, source: str) -> str | None:
 
 
 def _code(source: str) -> str:
-    """A step file without its leading header (a /* */ comment or a docstring)."""
-    for opening, closing in (("/*", "*/"), ('"""', '"""')):
+    """A step file without its leading header (a /* */ comment or a docstring) and without the
+    lines that hold only a comment (// in CUDA, # in Python): rewording either compiles the same."""
+    for opening, closing, comment in (("/*", "*/", "//"), ('"""', '"""', "#")):
         if source.startswith(opening):
-            return source[source.find(closing, len(opening)) + len(closing):]
+            body = source[source.find(closing, len(opening)) + len(closing):]
+            return "\n".join(line for line in body.splitlines() if not line.lstrip().startswith(comment))
     return source

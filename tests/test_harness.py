@@ -252,19 +252,23 @@ def test_other_input_layouts_are_their_own_rows(tmp_path):
 
 
 def test_a_step_whose_code_changed_after_the_run_is_named(tmp_path, monkeypatch):
-    """Rows measured before a step's code changed are marked as such; a header-only edit (the prose
-    above the code) leaves the measured code, and the mark, as they were."""
+    """Rows measured before a step's code changed are marked as such; an edit of the header (the
+    prose above the code) or of a comment line leaves the measured code, and no mark."""
     from types import SimpleNamespace
 
     (tmp_path / "environment.json").write_text('{"git_sha": "0123abcd"}')
-    edited, reworded = rosetta.variants("vector_add", "cuda")[:2]
-    then = {edited.source: "// the code as it was\n", reworded.source: "/* older words */"}
+    edited, reworded, recommented = rosetta.variants("vector_add", "cuda")[:3]
+    then = {edited.source: ("/* header */", "static int the_code_as_it_was;\n"),
+            reworded.source: ("/* older words */", ""),
+            recommented.source: ("/* header */", "  // an older comment line\n")}
 
     def git_show(cmd, **kwargs):
         source = cmd[-1].split(":", 1)[1]
         now = (rosetta.registry.REPO / source).read_text()
-        text = then.get(source, "") + now[now.index("*/") + 2:] if source in then else now
-        return SimpleNamespace(returncode=0, stdout=text)
+        if source not in then:
+            return SimpleNamespace(returncode=0, stdout=now)
+        header, extra_line = then[source]
+        return SimpleNamespace(returncode=0, stdout=header + extra_line + now[now.index("*/") + 2:])
 
     monkeypatch.setattr(results.subprocess, "run", git_show)
     results._source_at.cache_clear()

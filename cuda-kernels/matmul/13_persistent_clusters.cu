@@ -13,9 +13,9 @@ Changed:  step 12's warp-specialized block, made persistent: the grid is as many
           of the whole tile frees 32 KB: enough for a 4th 48 KB stage at 128 x 256. The tile is
           128 x 256, 128 x 192 or 192 x 192 (three consumer warpgroups, 3 stages), whichever
           makes waves of cluster pairs x tile area smallest, ties to the larger tile. 3000^3:
-          2 waves of 192 x 192 pairs = 3 waves of 128 x 192, with 17% fewer bytes from L2 per
-          flop; measured 483 -> 537-540 TFLOP/s (0.74x -> 0.82x of cuBLAS), the other shapes
-          unchanged (they keep 128 x 256).
+          2 waves of 192 x 192 pairs = 3 waves of 128 x 192, with 14% fewer bytes from L2 per
+          flop; bench: 493 -> 544 TFLOP/s bf16 (0.74x -> 0.84x of cuBLAS), the other shapes
+          keep 128 x 256.
 Why:      step 12 paid, per 128 x 256 tile, a pipeline fill and an epilogue with the tensor
           cores idle, and every block read its B tile from L2 alone. Now the next tile's loads
           overlap this tile's epilogue; L2 -> SM traffic per k-tile and CTA drops from 48 KB to
@@ -223,7 +223,7 @@ cudaError_t matmul_13_persistent_clusters(const rosetta::MatmulArgs& args, cudaS
     using T = decltype(tag);
     // Tile shape: the cluster-pair count in waves of ~half the SMs, times the tile's area; ties go
     // to the larger tile, which reads fewer bytes per flop (3000^3: 2 waves of 192 x 192 pairs =
-    // 3 waves of 128 x 192, and the larger tile moves 17% fewer bytes from L2).
+    // 3 waves of 128 x 192, and the larger tile moves 14% fewer bytes from L2).
     const int slots = rosetta::sm_count() / kCluster;
     struct Shape { int bm, bn; };
     const Shape shapes[] = {{192, 192}, {128, 256}, {128, 192}};
