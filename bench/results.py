@@ -111,9 +111,13 @@ def _source_at(sha: str, source: str) -> str | None:
 
 def _code(source: str) -> str:
     """A step file without its leading header (a /* */ comment or a docstring) and without the
-    lines that hold only a comment (// in CUDA, # in Python): rewording either compiles the same."""
+    lines that hold only a comment (// in CUDA, # in Python): rewording either compiles the same,
+    and so does re-indenting or re-spacing the lines of CUDA (Python's indentation is code)."""
     for opening, closing, comment in (("/*", "*/", "//"), ('"""', '"""', "#")):
         if source.startswith(opening):
             body = source[source.find(closing, len(opening)) + len(closing):]
-            return "\n".join(line for line in body.splitlines() if not line.lstrip().startswith(comment))
+            lines = [line for line in body.splitlines() if not line.lstrip().startswith(comment)]
+            if comment == "//":
+                lines = [line.strip() for line in lines if line.strip()]
+            return "\n".join(lines)
     return source

@@ -253,22 +253,25 @@ def test_other_input_layouts_are_their_own_rows(tmp_path):
 
 def test_a_step_whose_code_changed_after_the_run_is_named(tmp_path, monkeypatch):
     """Rows measured before a step's code changed are marked as such; an edit of the header (the
-    prose above the code) or of a comment line leaves the measured code, and no mark."""
+    prose above the code), of a comment line or of CUDA's indentation leaves the measured code,
+    and no mark."""
     from types import SimpleNamespace
 
     (tmp_path / "environment.json").write_text('{"git_sha": "0123abcd"}')
-    edited, reworded, recommented = rosetta.variants("vector_add", "cuda")[:3]
-    then = {edited.source: ("/* header */", "static int the_code_as_it_was;\n"),
-            reworded.source: ("/* older words */", ""),
-            recommented.source: ("/* header */", "  // an older comment line\n")}
+    edited, reworded, recommented, reindented = rosetta.variants("vector_add", "cuda")[:4]
+    then = {  # each file as the run's commit had it, from the code (past the header) it has now
+        edited.source: lambda code: "/* header */static int the_code_as_it_was;\n" + code,
+        reworded.source: lambda code: "/* older words */" + code,
+        recommented.source: lambda code: "/* header */  // an older comment line\n" + code,
+        reindented.source: lambda code: "/* header */" + code.replace("\n", "\n    "),
+    }
 
     def git_show(cmd, **kwargs):
         source = cmd[-1].split(":", 1)[1]
         now = (rosetta.registry.REPO / source).read_text()
         if source not in then:
             return SimpleNamespace(returncode=0, stdout=now)
-        header, extra_line = then[source]
-        return SimpleNamespace(returncode=0, stdout=header + extra_line + now[now.index("*/") + 2:])
+        return SimpleNamespace(returncode=0, stdout=then[source](now[now.index("*/") + 2:]))
 
     monkeypatch.setattr(results.subprocess, "run", git_show)
     results._source_at.cache_clear()

@@ -213,7 +213,7 @@ void launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const CUtensor
   }();
   const int clusters = std::min(pairs_total, max_clusters);
   kernel<<<kCluster * clusters, C::kThreads, C::kSmemBytes, stream>>>(a.map, b.map, map_out, out, M, N, K,
-                                                                            tma_store, pairs);
+                                                                      tma_store, pairs);
 }
 
 }  // namespace
