@@ -131,8 +131,8 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(Config<kBM, k
     const bool leader = threadIdx.x % 128 == 0;  // issues the TMA stores
     unsigned char* const my_staging = staging + (wg - 1) * 2 * C::kBoxBytes;
     int boxes = 0;  // output boxes this warpgroup has stored: box i is staged in buffer i % 2
-    // A stage is free once both warpgroups of both CTAs have arrived (empty's count is 4): lane c
-    // of the warpgroup signals CTA c, so the arrivals go out in parallel.
+    // A stage is free once every consumer warpgroup of both CTAs has arrived (empty's count is
+    // 2 x kConsumers): lane c of the warpgroup signals CTA c, so the arrivals go out in parallel.
     auto release = [&](int s) {
       if (threadIdx.x % 128 < kCluster) sm90::mbarrier_arrive_cluster(&empty[s], threadIdx.x % 128);
     };
