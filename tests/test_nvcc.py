@@ -126,6 +126,9 @@ SASS_CLAIMS = [
     ("matmul/13_persistent_clusters.cu", "I13__nv_bfloat16Li128ELi256ELb0ELb0E", lambda ops: {
         "UTMALDG.2D.MULTICAST", "UTMASTG.2D", "HGMMA.64x256x16.F32.BF16", "USETMAXREG.DEALLOC.CTAPOOL",
         "USETMAXREG.TRY_ALLOC.CTAPOOL"} <= set(ops)),
+    # "The tile is ... 192 x 192 (three consumer warpgroups, 3 stages)": each an m64n192k16
+    ("matmul/13_persistent_clusters.cu", "I13__nv_bfloat16Li192ELi192ELb0ELb0E", lambda ops: {
+        "UTMALDG.2D.MULTICAST", "UTMASTG.2D", "HGMMA.64x192x16.F32.BF16"} <= set(ops)),
     # "LDG.E.128 / STG.E.128 ... warp shuffles (SHFL.BFLY, 5 per warp)" (read-only loads: .CONSTANT)
     ("softmax/03_warp_shuffle_vectorized.cu", "softmax_warp_shuffleIfE",
      lambda ops: {"LDG.E.128.CONSTANT", "STG.E.128", "SHFL.BFLY"} <= set(ops)),
@@ -139,7 +142,7 @@ SASS_CLAIMS = [
 
 
 @pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="nvcc or cuobjdump not available")
-@pytest.mark.parametrize("source,kernel,claim", SASS_CLAIMS, ids=[c[0] for c in SASS_CLAIMS])
+@pytest.mark.parametrize("source,kernel,claim", SASS_CLAIMS, ids=[f"{c[0]}:{c[1]}" for c in SASS_CLAIMS])
 def test_sass_claims(compiled, source, kernel, claim):
     cubin, _ = compiled(cuda_build.CUDA_DIR / source)
     ops = sass_opcodes(cubin, kernel)
