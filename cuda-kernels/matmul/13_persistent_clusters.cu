@@ -27,12 +27,12 @@ Still:    the consumer warpgroups do their epilogues together, so the tensor cor
           while they convert and store (ping-pong consumers would overlap one's epilogue with
           the other's MMAs); the tile shape is picked per problem from three, without stream-K
           for the last partial wave. Rows whose byte pitch is not a multiple of 128 (K or N =
-          3000: 6000 B) make most 128-byte box rows straddle two L2 lines. Measured in
-          development (bf16): 3000^3 takes 111 us with 6000-byte rows and 81 us (cuBLAS's
-          speed) when the same matrices sit in rows padded to 3008 elements; A's pitch costs
-          more than B's (A alone padded: 88 us, B alone: 100 us), and 256-wide tiles, which
-          issue fewer box rows per flop, are slower (119 us): the copy engine's rate on
-          straddling rows, not the number of rows, is what limits.
+          3000: 6000 B) make most 128-byte box rows straddle two L2 lines, and then the loads
+          set the time. Measured in development (bf16, parts switched off one at a time):
+          3000^3 takes 100 us, its loads alone 97-98, its math and epilogue alone 72-73
+          (cuBLAS: 81); with rows padded to 3008 elements the loads alone take 65.5 us. Neither
+          a 4th stage, nor sharing A instead of B, nor a 2 x 2 cluster sharing both (half the
+          L2 requests, and slower) moved it: see KERNEL_LOG.
 Limits:   as step 11: each of A and B needs one unit stride and the copy engine's alignment
           (16-byte aligned base, the other stride a multiple of 8 elements); other inputs return
           cudaErrorInvalidValue (step 10 takes them). Outputs whose rows are not 16-byte
