@@ -70,7 +70,7 @@ def gpu_main(args) -> int:
     groups = suite.plan(ops, args.quick)
     per_group = {g: [s for s in suite.subjects(g.op, args.backend, args.step, g.role, g.dtype) if suite.takes(s, g)]
                  for g in groups}
-    progress = suite.Progress(sum(len(subs) for subs in per_group.values()))
+    progress = suite.Progress(sum(len(subs) * len(g.layouts) for g, subs in per_group.items()))
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     flush = timing.Flush("read")

@@ -15,6 +15,9 @@ COLUMNS = [
     "host_nloc", "git_sha",
 ]
 KEY = ("label", "direction", "dtype", "shape", "layout")
+# layout "": the inputs as make_inputs made them (the ladder tables); DEFAULT_LAYOUT: the same, measured
+# in turns beside the other input layouts (role "layout"), the base of their ratios
+DEFAULT_LAYOUT = "default"
 NUMERIC = {"step": int, "numel": int, "device_nloc": int, "device_tokens": int, "host_nloc": int,
            "error": float, "p50_ms": float, "p20_ms": float, "p80_ms": float,
            "throughput": float, "pct_of_ceiling": float, "pct_of_theoretical": float,

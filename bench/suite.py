@@ -31,7 +31,7 @@ class Group:
     dtype: torch.dtype
     shape: tuple
     role: str  # "headline" (a ladder table), "layout" (other input layouts) or "sweep" (vs size)
-    layout: str = ""  # role "layout": a key of the spec's input_layouts
+    layouts: tuple = ("",)  # the input layouts measured, in turns when more than one (see run_group)
 
 
 def plan(ops, quick: bool) -> list[Group]:
@@ -49,8 +49,8 @@ def plan(ops, quick: bool) -> list[Group]:
                 sweeps += [Group(op, direction, spec.sweep_dtype, s, "sweep") for s in spec.sweep
                            if (s, spec.sweep_dtype) not in headline_keys]
         if not quick:
-            layouts += [Group(op, "forward", d, h.shape, "layout", name) for h in spec.layout_headlines
-                        for d in h.dtypes for name in spec.input_layouts]
+            layouts += [Group(op, "forward", d, h.shape, "layout", (results.DEFAULT_LAYOUT, *spec.input_layouts))
+                        for h in spec.layout_headlines for d in h.dtypes]
     return headlines + layouts + sweeps  # every ladder table first: the sweeps only add points to plots
 
 
@@ -79,11 +79,10 @@ class Progress:
     def __init__(self, total: int):
         self.total, self.done, self.start = total, 0, time.monotonic()
 
-    def report(self, label: str, group: Group, text: str) -> None:
+    def report(self, label: str, group: Group, text: str, layout: str = "") -> None:
         self.done += 1
         elapsed = int(time.monotonic() - self.start)
-        what = f"{group.direction[:3]} {str(group.dtype).removeprefix('torch.')} {shape_str(group.shape)}" \
-            + (f" {group.layout}" if group.layout else "")
+        what = f"{group.direction[:3]} {str(group.dtype).removeprefix('torch.')} {shape_str(group.shape)} {layout}"
         print(f"[{self.done:4d}/{self.total} {elapsed // 60:2d}:{elapsed % 60:02d}] {label:40s} {what:32s} {text}",
               flush=True)
 
@@ -104,78 +103,97 @@ def call_ms(fn) -> float:
 
 
 def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress: Progress, sha: str) -> list[dict]:
+    """Every subject's rows on one set of inputs: one row per input layout of the group. A subject's
+    layouts are timed in turns (timing.measure_in_turns), so their ratios see the same clock."""
     from .ceilings import apply_to_rows
 
     spec = SPECS[group.op]
     d = spec.directions()[group.direction]
     inputs = d.make_inputs(group.shape, group.dtype, "cuda", gen)
-    if group.layout:  # the same values, stored another way (e.g. column-major for a.t())
-        inputs = spec.input_layouts[group.layout](*inputs)
+    laid_out = {name: inputs if name in ("", results.DEFAULT_LAYOUT) else spec.input_layouts[name](*inputs)  # same values
+                for name in group.layouts}
     reference = d.reference(*inputs)
     gate = None
     if d.gate_inputs:  # a second data set the gate also checks (e.g. all-positive for a sum)
         gate_inputs = d.gate_inputs(group.shape, group.dtype, "cuda", gen)
         gate = (gate_inputs, d.reference(*gate_inputs))
-    tolerance = d.tolerance[group.dtype]
     dtype_name = str(group.dtype).removeprefix("torch.")
+    tolerance = d.tolerance[group.dtype]
     work = d.minimal_bytes(group.shape, group.dtype) if spec.metric == "GB/s" else d.flops(group.shape)
     scale = 1e9 if spec.metric == "GB/s" else 1e12
     rows = []
     for subject in subjects_:
         if not takes(subject, group):
             continue
-        row = base_row(subject, group, dtype_name, sha)
-        try:
-            fn, copied = runner(subject, group.direction, inputs, d.allocate(*inputs).fill_(float("nan")))
-            row["input_copy"] = ",".join(copied)
-
-            def launch(fn=fn, label=subject.label):
-                with nvtx.step_range(label):
-                    return fn()
-
-            result = launch()  # also the warm-up: JIT compile, autotune, torch.compile
-            torch.cuda.synchronize()
-            err = d.error(result, reference, inputs)
-            if gate and err <= tolerance:
-                g_fn, _ = runner(subject, group.direction, gate[0], d.allocate(*gate[0]).fill_(float("nan")))
-                err = max(err, d.error(g_fn(), gate[1], gate[0]))
-        except ValueError as exc:  # the step (or a peer) declares it does not take this input
-            row.update(status=f"refused: {exc}".splitlines()[0][:200])
-            progress.report(subject.label, group, row["status"])
+        timed = []  # (row, launch) of the layouts that were right
+        for name, x in laid_out.items():
+            row = base_row(subject, group, dtype_name, sha)
+            row["layout"] = name
+            launch = check(subject, group, x, reference, gate, row)
             rows.append(row)
-            continue
-        except Exception as exc:  # a broken step is reported, not fatal to the suite
-            row.update(status=f"error: {type(exc).__name__}: {exc}".splitlines()[0][:200])
-            progress.report(subject.label, group, row["status"])
-            rows.append(row)
-            torch.cuda.synchronize()
-            continue
-        row["error"] = err
-        one_call = call_ms(launch)
-        if not err <= tolerance:
-            row["status"] = "wrong"
-            progress.report(subject.label, group, f"WRONG (error {err:.3g} > {tolerance:g}), not timed")
-        elif group.role == "headline" and one_call > spec.slow_call_ms:
-            row["status"] = f"slow: {one_call:.0f} ms a call, timed at smaller shapes"
-            progress.report(subject.label, group, row["status"])
+            if launch:
+                timed.append((row, launch))
+            elif row["status"] == "wrong":
+                progress.report(subject.label, group, f"WRONG (error {row['error']:.3g} > {tolerance:g}), not timed", name)
+            else:
+                progress.report(subject.label, group, row["status"], name)
+        if len(timed) == 1:
+            times = [timing.measure(timed[0][1], flush)]
         else:
-            t = timing.measure(launch, flush)
+            times = timing.measure_in_turns([launch for _, launch in timed], flush)
+        for (row, _), t in zip(timed, times):
             row.update(status="ok", p50_ms=t["p50_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
                        timing=t["timing"], throughput=work / (t["p50_ms"] * 1e-3) / scale)
             progress.report(subject.label, group, f"{t['p50_ms'] * 1e3:10.1f} us {row['throughput']:8.1f} "
-                                                  f"{spec.metric} ({t['timing']})")
-        rows.append(row)
-        del fn, result
+                                                  f"{spec.metric} ({t['timing']})", row["layout"])
     add_speedups(rows)
     apply_to_rows(rows, limits, SPECS)
     return rows
+
+
+def check(subject, group: Group, inputs: tuple, reference, gate, row: dict):
+    """The subject's launch on `inputs` when its answer is right and it is to be timed; else None,
+    with the row's status saying why (refused, error, wrong, or too slow for this shape)."""
+    d = SPECS[group.op].directions()[group.direction]
+    tolerance = d.tolerance[group.dtype]
+    try:
+        fn, copied = runner(subject, group.direction, inputs, d.allocate(*inputs).fill_(float("nan")))
+        row["input_copy"] = ",".join(copied)
+
+        def launch(fn=fn, label=subject.label):
+            with nvtx.step_range(label):
+                return fn()
+
+        result = launch()  # also the warm-up: JIT compile, autotune, torch.compile
+        torch.cuda.synchronize()
+        err = d.error(result, reference, inputs)
+        if gate and err <= tolerance:
+            g_fn, _ = runner(subject, group.direction, gate[0], d.allocate(*gate[0]).fill_(float("nan")))
+            err = max(err, d.error(g_fn(), gate[1], gate[0]))
+        del result
+    except ValueError as exc:  # the step (or a peer) declares it does not take this input
+        row.update(status=f"refused: {exc}".splitlines()[0][:200])
+        return None
+    except Exception as exc:  # a broken step is reported, not fatal to the suite
+        row.update(status=f"error: {type(exc).__name__}: {exc}".splitlines()[0][:200])
+        torch.cuda.synchronize()
+        return None
+    row["error"] = err
+    one_call = call_ms(launch)
+    if not err <= tolerance:
+        row["status"] = "wrong"
+    elif group.role == "headline" and one_call > SPECS[group.op].slow_call_ms:
+        row["status"] = f"slow: {one_call:.0f} ms a call, timed at smaller shapes"
+    else:
+        return launch
+    return None
 
 
 def base_row(subject, group: Group, dtype_name: str, sha: str) -> dict:
     row = dict.fromkeys(results.COLUMNS)  # every column present, measured or not
     row.update(op=group.op, direction=group.direction, backend=subject.backend, step=subject.step,
                name=subject.name, label=subject.label, dtype=dtype_name, shape=shape_str(group.shape),
-               numel=math.prod(group.shape), role=group.role, layout=group.layout, metric=SPECS[group.op].metric,
+               numel=math.prod(group.shape), role=group.role, metric=SPECS[group.op].metric,
                git_sha=sha)
     if not isinstance(subject, Tier):
         count = lines.count(rosetta.registry.REPO / subject.source)
@@ -185,9 +203,8 @@ def base_row(subject, group: Group, dtype_name: str, sha: str) -> dict:
 
 
 def add_speedups(rows: list[dict]) -> None:
-    """Throughput over torch eager's, measured on the same inputs in the same run."""
-    eager = next((r for r in rows if r["backend"] == "torch" and r["name"] == "eager"
-                  and r.get("throughput")), None)
+    """Throughput over torch eager's, measured on the same inputs (in the same layout) in the same run."""
+    eager = {r["layout"]: r for r in rows if r["backend"] == "torch" and r["name"] == "eager" and r.get("throughput")}
     for row in rows:
-        if eager and row.get("throughput"):
-            row["speedup_vs_torch"] = row["throughput"] / eager["throughput"]
+        if row["layout"] in eager and row.get("throughput"):
+            row["speedup_vs_torch"] = row["throughput"] / eager[row["layout"]]["throughput"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rosetta.ops import SPECS
 
-from .results import order_key
+from .results import DEFAULT_LAYOUT, order_key
 from .tiers import REFERENCE_BACKENDS
 
 
@@ -76,8 +76,8 @@ def all_ladder_tables(rows: list[dict], op: str, level: str = "####") -> str:
 
 def layout_table(rows: list[dict], op: str) -> str:
     """The best step of each backend and the library on the spec's other input layouts: time per
-    layout and its ratio to the same subject's time on the default layout, measured in the same run
-    (a ratio near 1.00 means the layout costs nothing; an input the step copies says so)."""
+    layout and its ratio to the same subject's time on the default layout, the two measured in
+    turns (a ratio near 1.00 means the layout costs nothing; an input the step copies says so)."""
     spec = SPECS[op]
     names = list(spec.input_layouts)
     mine = [r for r in rows if r["op"] == op and r["role"] == "layout"]
@@ -90,8 +90,7 @@ def layout_table(rows: list[dict], op: str) -> str:
             dtype, shape = str(d).removeprefix("torch."), shape_name(h.shape)
             here = sorted((r for r in mine if r["dtype"] == dtype and r["shape"] == shape), key=order_key)
             for label in dict.fromkeys(r["label"] for r in here):
-                base = next((r for r in rows if r["label"] == label and r["role"] == "headline"
-                             and r["direction"] == "forward" and r["dtype"] == dtype and r["shape"] == shape), None)
+                base = next((r for r in here if r["label"] == label and r["layout"] == DEFAULT_LAYOUT), None)
                 base_ms = base["p50_ms"] if base and base["status"] == "ok" else None
                 cells = []
                 for n in names:

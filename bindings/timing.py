@@ -56,6 +56,13 @@ def capture(fn) -> torch.cuda.CUDAGraph:
 def time_calls(call, flush: Flush | None, warmup_ms: float = 25, rep_ms: float = 100,
                min_reps: int = 5, max_reps: int = 1000) -> dict:
     """Median and p20/p80 (ms) of `call`, each timed alone between two events after a flush."""
+    return summarize(replay_times(call, flush, warmup_ms, rep_ms, min_reps, max_reps))
+
+
+def replay_times(call, flush: Flush | None, warmup_ms: float = 25, rep_ms: float = 100,
+                 min_reps: int = 5, max_reps: int = 1000) -> list[float]:
+    """The times (ms) of about rep_ms worth of calls, each between two events after a flush,
+    once about warmup_ms of calls have run."""
     Event = torch.cuda.Event
     flush = flush or (lambda: None)
     call()  # a fresh graph's first replay is slower: keep it out of the estimate
@@ -80,19 +87,42 @@ def time_calls(call, flush: Flush | None, warmup_ms: float = 25, rep_ms: float =
         call()
         e.record()
     torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def summarize(times: list[float]) -> dict:
+    times = sorted(times)
     q = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else times * 9
-    return {"p50_ms": statistics.median(times), "p20_ms": q[1], "p80_ms": q[7], "reps": reps}
+    return {"p50_ms": statistics.median(times), "p20_ms": q[1], "p80_ms": q[7], "reps": len(times)}
+
+
+def graph_or_calls(fn):
+    """(replay, how): fn as the replay of a one-call CUDA graph (the host's launch path, tens of us
+    for an autotuned Triton launch, stays out); a step that cannot be captured is timed call by call."""
+    try:
+        return capture(fn).replay, "graph"
+    except Exception as exc:  # some launch path cannot be captured
+        return fn, f"events (graph capture failed: {type(exc).__name__})"
 
 
 def measure(fn, flush: Flush | None) -> dict:
-    """fn's time as the replay of a one-call CUDA graph (the host's launch path, tens of us for an
-    autotuned Triton launch, stays out); a step that cannot be captured is timed call by call."""
-    try:
-        replay, how = capture(fn).replay, "graph"
-    except Exception as exc:  # some launch path cannot be captured
-        replay, how = fn, f"events (graph capture failed: {type(exc).__name__})"
+    """fn's time, as graph_or_calls replays it."""
+    replay, how = graph_or_calls(fn)
     return {**time_calls(replay, flush), "timing": how}
+
+
+def measure_in_turns(fns: list, flush: Flush | None, rounds: int = 4) -> list[dict]:
+    """Each fn's time, measured in turns: `rounds` rounds, each timing every fn for 1 / rounds of
+    measure's reps, their times pooled. For ratios between calls (one input layout against
+    another): the GPU's clock drifts as it heats over seconds (several percent on an 8192^3
+    matmul), and in turns every call sees the same drift, where one after the other each sees its
+    own part of it."""
+    replays = [graph_or_calls(fn) for fn in fns]
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, (replay, _) in enumerate(replays):
+            times[i] += replay_times(replay, flush, rep_ms=100 / rounds)
+    return [{**summarize(t), "timing": how} for t, (_, how) in zip(times, replays)]
 
 
 def sustained(make_call, copies: int = 8, calls: int = 64) -> dict:

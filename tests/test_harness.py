@@ -218,8 +218,9 @@ def test_nsight_splits_one_process_kernels_by_marker():
 
 
 def test_other_input_layouts_are_their_own_rows(tmp_path):
-    """matmul's transposed-input groups: the library and the best step of each backend, in rows
-    keyed apart from the ladder's (same label, dtype and shape), tabled against the default."""
+    """matmul's transposed-input groups: the library and the best step of each backend, every
+    layout and the default in one group (timed in turns), in rows keyed apart from the ladder's
+    (same label, dtype and shape), tabled against the default measured with them."""
     import torch
 
     from rosetta.bench.suite import plan
@@ -227,8 +228,8 @@ def test_other_input_layouts_are_their_own_rows(tmp_path):
 
     groups = [g for g in plan(["matmul"], quick=False) if g.role == "layout"]
     spec = SPECS["matmul"]
-    assert {g.layout for g in groups} == set(spec.input_layouts)
-    assert len(groups) == len(spec.input_layouts) * sum(len(h.dtypes) for h in spec.layout_headlines)
+    assert all(g.layouts == (results.DEFAULT_LAYOUT, *spec.input_layouts) for g in groups)  # measured in turns
+    assert len(groups) == sum(len(h.dtypes) for h in spec.layout_headlines)
     who = [s.label for s in subjects("matmul", role="layout", dtype=torch.bfloat16)]
     assert who == ["matmul/torch/eager", rosetta.best("matmul", "cuda", torch.bfloat16).label,
                    rosetta.best("matmul", "triton", torch.bfloat16).label]
@@ -241,13 +242,14 @@ def test_other_input_layouts_are_their_own_rows(tmp_path):
     label, shape = who[1], "4096x4096x4096"
     common = dict(op="matmul", direction="forward", backend="cuda", step=13, name="x", label=label,
                   dtype="bfloat16", shape=shape, numel=1, metric="TFLOP/s", status="ok")
-    rows = [{**common, "role": "headline", "layout": "", "p50_ms": 0.200},
+    rows = [{**common, "role": "headline", "layout": "", "p50_ms": 0.190},
+            {**common, "role": "layout", "layout": "default", "p50_ms": 0.200},
             {**common, "role": "layout", "layout": "a.t()", "p50_ms": 0.210}]
     path = tmp_path / "bench.csv"
     results.write_rows(path, rows, replace_all=True)
     back = results.read_rows(path)
-    assert sorted(r["layout"] for r in back) == ["", "a.t()"]  # neither overwrote the other
-    table = tables.layout_table(back, "matmul")
+    assert sorted(r["layout"] for r in back) == ["", "a.t()", "default"]  # none overwrote another
+    table = tables.layout_table(back, "matmul")  # against the default measured in turns with it
     assert "| cuda/13_persistent_clusters | bfloat16 | 4096x4096x4096 | 200.0 | 210.0, 1.05x |" in table
 
 
