@@ -20,7 +20,8 @@ TIMING_METHOD = ("one call captured as a CUDA graph, its replays timed with CUDA
                  "4x the L2, which leaves no dirty lines behind); median and p20/p80; warm-up, JIT "
                  "and autotuning run before capture; outputs preallocated (torch.compile and peer "
                  "libraries allocate their own, from the graph's pool); an input a step's layout "
-                 "cannot take is copied before capture, reported, not timed")
+                 "cannot take is copied before capture, reported, not timed; other input layouts "
+                 "timed in turns with their row-major default (rosetta.timing.measure_in_turns)")
 
 
 @dataclass(frozen=True)
