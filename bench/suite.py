@@ -83,7 +83,7 @@ class Progress:
     def report(self, label: str, group: Group, text: str, layout: str = "") -> None:
         self.done += 1
         elapsed = int(time.monotonic() - self.start)
-        what = f"{group.direction[:3]} {str(group.dtype).removeprefix('torch.')} {shape_str(group.shape)} {layout}"
+        what = f"{group.direction[:3]} {str(group.dtype).removeprefix('torch.')} {shape_str(group.shape)} {layout}".rstrip()
         print(f"[{self.done:4d}/{self.total} {elapsed // 60:2d}:{elapsed % 60:02d}] {label:40s} {what:32s} {text}",
               flush=True)
 
@@ -130,7 +130,7 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
         for name, x in laid_out.items():
             row = base_row(subject, group, dtype_name, sha)
             row["layout"] = name
-            launch = check(subject, group, x, reference, gate, row)
+            launch = check(subject, group, d, x, reference, gate, row)
             rows.append(row)
             if launch:
                 timed.append((row, launch))
@@ -152,10 +152,10 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     return rows
 
 
-def check(subject, group: Group, inputs: tuple, reference, gate, row: dict):
-    """The subject's launch on `inputs` when its answer is right and it is to be timed; else None,
-    with the row's status saying why (refused, error, wrong, or too slow for this shape)."""
-    d = SPECS[group.op].directions()[group.direction]
+def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict):
+    """The subject's launch on `inputs` (direction `d` of the group's op) when its answer is right
+    and it is to be timed; else None, with the row's status saying why (refused, error, wrong, or
+    too slow for this shape)."""
     tolerance = d.tolerance[group.dtype]
     try:
         fn, copied = runner(subject, group.direction, inputs, d.allocate(*inputs).fill_(float("nan")))
