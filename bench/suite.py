@@ -20,8 +20,9 @@ TIMING_METHOD = ("one call captured as a CUDA graph, its replays timed with CUDA
                  "4x the L2, which leaves no dirty lines behind); median and p20/p80; warm-up, JIT "
                  "and autotuning run before capture; outputs preallocated (torch.compile and peer "
                  "libraries allocate their own, from the graph's pool); an input a step's layout "
-                 "cannot take is copied before capture, reported, not timed; other input layouts "
-                 "timed in turns with their row-major default (rosetta.timing.measure_in_turns)")
+                 "cannot take is copied before capture, reported, not timed; the subjects of one "
+                 "(op, direction, dtype, shape), and every input layout, timed in turns "
+                 "(rosetta.timing.measure_in_turns) so that their ratios see the same clock")
 
 
 @dataclass(frozen=True)
@@ -104,8 +105,12 @@ def call_ms(fn) -> float:
 
 
 def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress: Progress, sha: str) -> list[dict]:
-    """Every subject's rows on one set of inputs: one row per input layout of the group. A subject's
-    layouts are timed in turns (timing.measure_in_turns), so their ratios see the same clock."""
+    """Every subject's rows on one set of inputs: one row per input layout of the group. The
+    subjects and their layouts are timed in turns (timing.measure_in_turns), so their ratios see
+    the same clock: timed one after the other, each saw its own moment of a GPU whose clock
+    follows its temperature and power, and gaps of 1-2% between tiers came and went with the
+    order. Every call in a turn keeps its output alive, so a group whose outputs would take more
+    than a quarter of the free memory is timed in several turns (long softmax rows: one each)."""
     from .ceilings import apply_to_rows
 
     spec = SPECS[group.op]
@@ -122,31 +127,38 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     tolerance = d.tolerance[group.dtype]
     work = d.minimal_bytes(group.shape, group.dtype) if spec.metric == "GB/s" else d.flops(group.shape)
     scale = 1e9 if spec.metric == "GB/s" else 1e12
-    rows = []
+    out_bytes = reference.numel() * group.dtype.itemsize  # one call's output
+    budget = torch.cuda.mem_get_info()[0] // 4
+    rows, turn = [], []  # turn: the (subject, row, launch) of right answers waiting to be timed
+
+    def time_turn():
+        times = timing.measure_in_turns([launch for _, _, launch in turn], flush) if len(turn) > 1 \
+            else [timing.measure(turn[0][2], flush)]
+        for (subject, row, _), t in zip(turn, times):
+            row.update(status="ok", p50_ms=t["p50_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
+                       timing=t["timing"], throughput=work / (t["p50_ms"] * 1e-3) / scale)
+            progress.report(subject.label, group, f"{t['p50_ms'] * 1e3:10.1f} us {row['throughput']:8.1f} "
+                                                  f"{spec.metric} ({t['timing']})", row["layout"])
+        turn.clear()
+
     for subject in subjects_:
         if not takes(subject, group):
             continue
-        timed = []  # (row, launch) of the layouts that were right
         for name, x in laid_out.items():
+            if turn and (len(turn) + 1) * out_bytes > budget:
+                time_turn()
             row = base_row(subject, group, dtype_name, sha)
             row["layout"] = name
             launch = check(subject, group, d, x, reference, gate, row)
             rows.append(row)
             if launch:
-                timed.append((row, launch))
+                turn.append((subject, row, launch))
             elif row["status"] == "wrong":
                 progress.report(subject.label, group, f"WRONG (error {row['error']:.3g} > {tolerance:g}), not timed", name)
             else:
                 progress.report(subject.label, group, row["status"], name)
-        if len(timed) == 1:
-            times = [timing.measure(timed[0][1], flush)]
-        else:
-            times = timing.measure_in_turns([launch for _, launch in timed], flush)
-        for (row, _), t in zip(timed, times):
-            row.update(status="ok", p50_ms=t["p50_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
-                       timing=t["timing"], throughput=work / (t["p50_ms"] * 1e-3) / scale)
-            progress.report(subject.label, group, f"{t['p50_ms'] * 1e3:10.1f} us {row['throughput']:8.1f} "
-                                                  f"{spec.metric} ({t['timing']})", row["layout"])
+    if turn:
+        time_turn()
     add_speedups(rows)
     apply_to_rows(rows, limits, SPECS)
     return rows

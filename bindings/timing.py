@@ -119,9 +119,9 @@ def measure_in_turns(fns: list, flush: Flush | None, rounds: int = 4) -> list[di
     own part of it."""
     replays = [graph_or_calls(fn) for fn in fns]
     times = [[] for _ in fns]
-    for _ in range(rounds):
+    for _ in range(rounds):  # measure's warm-up and reps spread over the rounds: the same GPU time
         for i, (replay, _) in enumerate(replays):
-            times[i] += replay_times(replay, flush, rep_ms=100 / rounds)
+            times[i] += replay_times(replay, flush, warmup_ms=25 / rounds, rep_ms=100 / rounds, min_reps=2)
     return [{**summarize(t), "timing": how} for t, (_, how) in zip(times, replays)]
 
 

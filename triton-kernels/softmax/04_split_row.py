@@ -5,7 +5,9 @@ Changed:  a row longer than a register tile is cut into chunks, one program each
           backward: its partial dot) to a workspace, bumps the row's arrival counter, spins until
           all of the row's chunks have arrived, combines the partials (fixed order: deterministic)
           and writes its chunk from registers. Short rows: step 1's single load (several rows
-          per program below 2,048 elements). Tiles, warps and rows per program: a host table.
+          per program below 1,024 elements); the backward's loads are evict-first when y and dy
+          overflow the L2 but dx fits in it (CUDA step 5's streaming loads). Tiles, warps and
+          rows per program: a host table.
 Why:      4,096 rows of 262,144 fp32 are 1 MB each: too big for one SM's registers, so steps
           2-3 read every row twice (8 GB of traffic for 4 GB out, <= 2,000 GB/s). Chunks of
           16 KB fit, and the whole machine works on a few rows at a time: 1 read +
@@ -153,6 +155,7 @@ def softmax_split_backward_kernel(
     SPLIT: tl.constexpr,
     ONE_TILE: tl.constexpr,
     CHUNKS_P2: tl.constexpr,
+    EVICT: tl.constexpr,  # "evict_first" or "": the L2 policy of y's and dy's lines (see streaming())
 ):
     row, chunk = _claim(sync_ptr, rows, chunks, SPLIT)
     r = row * ROWS + tl.arange(0, ROWS)
@@ -163,8 +166,9 @@ def softmax_split_backward_kernel(
     end = tl.minimum(chunk * chunk_len + chunk_len, cols)
     if ONE_TILE:
         mask = (r < rows)[:, None] & (c < end)[None, :]
-        y = tl.load(y_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)  # other=0: adds 0 to the dot
-        dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        # other=0: adds 0 to the dot
+        y = tl.load(y_rows + c[None, :], mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+        dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
         dot = tl.sum(y * dy, axis=1)
     else:
         acc = tl.zeros([ROWS, BLOCK], tl.float32)
@@ -189,17 +193,31 @@ def softmax_split_backward_kernel(
             tl.store(dx_rows + c[None, :] + start, (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty), mask=mask)
 
 
+def streaming(rows, cols, x):
+    """Backward: evict-first loads when y and dy together overflow the L2 but dx fits in 3/4 of it.
+    The inputs, read once, are then what the L2 gives up, and dx's dirty lines stay in it until
+    the kernel ends instead of going to DRAM during it (CUDA step 5 does the same with ld.global.cs)."""
+    if x.device.type != "cuda":
+        return False
+    l2, out_bytes = torch.cuda.get_device_properties(x.device).L2_cache_size, rows * cols * x.element_size()
+    return 2 * out_bytes > l2 and 4 * out_bytes <= 3 * l2
+
+
 def plan(rows, cols, tensors, x):
     """(grid, chunks, chunk_len, meta): the host table. `tensors` is 1 forward, 2 backward."""
     # The interpreter splits rows from 1,025 elements on, so CPU tests reach the split path.
     if cols <= (1024 if INTERPRET else MAX_TILE[tensors]):
         block = triton.next_power_of_2(cols)
         # Short rows: one per program as step 1 (measured faster than multi-row tiles), rows
-        # under 2,048 elements packed into tiles of 2,048; <= 16 warps (32 caps at 64 registers).
-        row_tile = min(max(1, 2048 // block), triton.next_power_of_2(rows))
+        # under 1,024 elements packed into tiles of 2,048; <= 16 warps (32 caps at 64 registers).
+        # Backward tiles of <= 2,048 take 8 warps (two tensors: fp32 4096 x 1024 ran 17.7 us at 8
+        # warps, 18.1 at 4, and 18.4 as 2-row tiles of 4 warps, in development).
+        row_tile = 1 if block >= 1024 else min(2048 // block, triton.next_power_of_2(rows))
         tile = row_tile * block
-        warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
+        warps = (4 if tensors == 1 else 8) if tile <= 2048 else 8 if tile <= 8192 else 16
         meta = dict(BLOCK=block, ROWS=row_tile, SPLIT=False, ONE_TILE=True, CHUNKS_P2=1, num_warps=warps)
+        if tensors == 2:
+            meta["EVICT"] = "evict_first" if streaming(rows, cols, x) else ""
         return (triton.cdiv(rows, row_tile),), 1, block, meta
     block = SPLIT_BYTES // x.element_size() if tensors == 1 else SPLIT_TILE_BACKWARD
     # At most one chunk per SM (deadlock freedom, see Why): longer rows get chunks of several tiles.
@@ -208,6 +226,8 @@ def plan(rows, cols, tensors, x):
     chunks = triton.cdiv(cols, chunk_len)
     meta = dict(BLOCK=block, ROWS=1, SPLIT=True, ONE_TILE=tiles == 1,
                 CHUNKS_P2=triton.next_power_of_2(chunks), num_warps=block // 512)
+    if tensors == 2:
+        meta["EVICT"] = ""
     return (rows * chunks,), chunks, chunk_len, meta
 
 
