@@ -312,7 +312,8 @@ void by_wholeness(bool whole, F f) {
 // inputs, read once, are what the L2 gives up as they stream through, and dx's dirty lines stay
 // there until the kernel ends (for the next kernel to read, or written back later) instead of being
 // evicted to DRAM during it. bf16 4096 x 4096 (64 MB in, 32 MB out of a 50 MB L2) measured 29.7 us
-// against 30.9 in development; where dx does not fit (fp32 4096 x 4096) the hint cost 2%.
+// against 30.9 in development (a second H100 showed no gain); where dx does not fit (fp32 4096 x
+// 4096) the hint cost 2%, hence the gate.
 inline bool pick_streaming(int64_t out_bytes) {
   static int l2[64] = {};
   int device = 0;
