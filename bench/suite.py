@@ -132,8 +132,7 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     rows, turn = [], []  # turn: the (subject, row, launch) of right answers waiting to be timed
 
     def time_turn():
-        times = timing.measure_in_turns([launch for _, _, launch in turn], flush) if len(turn) > 1 \
-            else [timing.measure(turn[0][2], flush)]
+        times = timing.measure_in_turns([launch for _, _, launch in turn], flush)
         for (subject, row, _), t in zip(turn, times):
             row.update(status="ok", p50_ms=t["p50_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
                        timing=t["timing"], throughput=work / (t["p50_ms"] * 1e-3) / scale)

@@ -113,10 +113,10 @@ def measure(fn, flush: Flush | None) -> dict:
 
 def measure_in_turns(fns: list, flush: Flush | None, rounds: int = 4) -> list[dict]:
     """Each fn's time, measured in turns: `rounds` rounds, each timing every fn for 1 / rounds of
-    measure's reps, their times pooled. For ratios between calls (one input layout against
-    another): the GPU's clock drifts as it heats over seconds (several percent on an 8192^3
-    matmul), and in turns every call sees the same drift, where one after the other each sees its
-    own part of it."""
+    measure's warm-up and reps, their times pooled. For ratios between calls (tiers and steps on
+    one shape, one input layout against another): the GPU's clock drifts as it heats over seconds
+    (several percent on an 8192^3 matmul), and in turns every call sees the same drift, where one
+    after the other each sees its own part of it. One fn costs what measure costs."""
     replays = [graph_or_calls(fn) for fn in fns]
     times = [[] for _ in fns]
     for _ in range(rounds):  # measure's warm-up and reps spread over the rounds: the same GPU time
