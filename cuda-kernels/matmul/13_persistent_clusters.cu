@@ -11,11 +11,10 @@ Changed:  step 12's warp-specialized block, made persistent: the grid is as many
           time through two buffers (box j is converted while box j - 1 is stored), while the
           producer is already filling the stages with the next tile. Staging two boxes instead
           of the whole tile frees 32 KB: enough for a 4th 48 KB stage at 128 x 256. The tile is
-          128 x 256, 128 x 192 or 192 x 192 (three consumer warpgroups, 3 stages), whichever
-          makes waves of cluster pairs x tile area smallest, ties to the larger tile. 3000^3:
-          2 waves of 192 x 192 pairs = 3 waves of 128 x 192, with 14% fewer bytes from L2 per
-          flop; bench: 493 -> 544 TFLOP/s bf16 (0.74x -> 0.84x of cuBLAS), the other shapes
-          keep 128 x 256.
+          128 x 256, 128 x 192 or 192 x 192 (three consumer warpgroups, each staging one box so
+          that 4 stages fit), whichever makes waves of cluster pairs x tile area smallest, ties
+          to the larger tile. 3000^3: 2 waves of 192 x 192 pairs = 3 waves of 128 x 192, with
+          14% fewer bytes from L2 per flop; the other shapes keep 128 x 256.
 Why:      step 12 paid, per 128 x 256 tile, a pipeline fill and an epilogue with the tensor
           cores idle, and every block read its B tile from L2 alone. Now the next tile's loads
           overlap this tile's epilogue; L2 -> SM traffic per k-tile and CTA drops from 48 KB to
@@ -27,12 +26,11 @@ Still:    the consumer warpgroups do their epilogues together, so the tensor cor
           while they convert and store (ping-pong consumers would overlap one's epilogue with
           the other's MMAs); the tile shape is picked per problem from three, without stream-K
           for the last partial wave. Rows whose byte pitch is not a multiple of 128 (K or N =
-          3000: 6000 B) make most 128-byte box rows straddle two L2 lines, and then the loads
-          set the time. Measured in development (bf16, parts switched off one at a time):
-          3000^3 takes 100 us, its loads alone 97-98, its math and epilogue alone 72-73
-          (cuBLAS: 81); with rows padded to 3008 elements the loads alone take 65.5 us. Neither
-          a 4th stage, nor sharing A instead of B, nor a 2 x 2 cluster sharing both (half the
-          L2 requests, and slower) moved it: see KERNEL_LOG.
+          3000: 6000 B) make most 128-byte box rows straddle two L2 lines. With 256-byte L2
+          promotion and 3 stages of 192 x 192 the loads set the time there (development, bf16
+          3000^3: 100 us, loads alone 97-98, cuBLAS 81); 128-byte promotion (hopper.cuh) took
+          the loads alone to 81-84 us and the kernel to 94, and the 4th stage, worth nothing
+          while the loads were the wall, to 84: see KERNEL_LOG.
 Limits:   as step 11: each of A and B needs one unit stride and the copy engine's alignment
           (16-byte aligned base, the other stride a multiple of 8 elements); other inputs return
           cudaErrorInvalidValue (step 10 takes them). Outputs whose rows are not 16-byte
@@ -54,9 +52,10 @@ constexpr int kGroupM = 8;  // cluster rows (of 2 tiles) per group of the persis
 static_assert(kBK * 2 == 128, "one k-tile row is exactly one 128-byte swizzle row");
 
 // Shared memory for a kBM x kBN tile: up to 4 stages of A (kBM x 64) and B (kBN x 64), the
-// output staging (two swizzled 64 x 64 boxes per consumer, written and stored in turn),
-// barriers, slack for 1024-byte alignment. 128 x 256: 4 x 48 + 32 KB = 225 KB of 227;
-// 128 x 192: 4 x 40 + 32 KB = 193 KB (a 5th stage would need 233); 192 x 192: 3 x 48 + 48 KB.
+// output staging (swizzled 64 x 64 boxes, two per consumer written and stored in turn, or one
+// for three consumers), barriers, slack for 1024-byte alignment. 128 x 256: 4 x 48 + 32 KB =
+// 225 KB of 227; 128 x 192: 4 x 40 + 32 KB = 193 KB (a 5th stage would need 233); 192 x 192:
+// 4 x 48 + 24 KB = 217 KB, a 4th stage bought with the second staging box of each consumer.
 template <int kBM, int kBN>
 struct Config {
   static constexpr int kConsumers = kBM / 64;  // one m64 wgmma row block per consumer warpgroup
@@ -66,7 +65,8 @@ struct Config {
   static constexpr int kBytesA = kBM * kBK * 2, kBytesB = kBN * kBK * 2;
   static constexpr int kStageBytes = kBytesA + kBytesB;
   static constexpr int kBoxBytes = 64 * 64 * 2;  // one consumer's 64 rows x 64 columns of output
-  static constexpr int kOutBytes = kConsumers * 2 * kBoxBytes;
+  static constexpr int kBoxBuffers = kConsumers == 2 ? 2 : 1;
+  static constexpr int kOutBytes = kConsumers * kBoxBuffers * kBoxBytes;
   static constexpr int kStages = std::min(4, (227 * 1024 - kOutBytes - 1024 - 64) / kStageBytes);
   static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 2 * kStages * 8 + 1024;
   static_assert(kBM % 64 == 0 && kStages >= 3, "whole consumer row blocks, a pipeline of 3+ stages");
@@ -129,8 +129,8 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(Config<kBM, k
     sm90::set_max_registers<C::kConsumerRegs>();
     const int row0 = 64 * (wg - 1);
     const bool leader = threadIdx.x % 128 == 0;  // issues the TMA stores
-    unsigned char* const my_staging = staging + (wg - 1) * 2 * C::kBoxBytes;
-    int boxes = 0;  // output boxes this warpgroup has stored: box i is staged in buffer i % 2
+    unsigned char* const my_staging = staging + (wg - 1) * C::kBoxBuffers * C::kBoxBytes;
+    int boxes = 0;  // output boxes this warpgroup has stored: box i is staged in buffer i % kBoxBuffers
     // A stage is free once every consumer warpgroup of both CTAs has arrived (empty's count is
     // 2 x kConsumers): lane c of the warpgroup signals CTA c, so the arrivals go out in parallel.
     auto release = [&](int s) {
@@ -165,12 +165,12 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(Config<kBM, k
       // Box j (columns 64j .. 64j + 63 of the warpgroup's 64 rows): row r at r * 128, 16-byte chunk
       // XOR r % 8: the layout CU_TENSOR_MAP_SWIZZLE_128B reads. A warp's 4-byte stores (8 rows x
       // 4 column pairs of one chunk) then hit 8 different chunks of 8 lines: all 32 banks, no
-      // conflict. Two buffers: box j is written while box j - 1 is stored.
+      // conflict. With two buffers box j is written while box j - 1 is stored; with one, in turn.
       const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
 #pragma unroll
       for (int j = 0; j < kBN / 64; ++j, ++boxes) {
-        unsigned char* const box = my_staging + (boxes % 2) * C::kBoxBytes;
-        if (leader) sm90::tma_store_wait_read<1>();  // the store that last read this buffer is done
+        unsigned char* const box = my_staging + (boxes % C::kBoxBuffers) * C::kBoxBytes;
+        if (leader) sm90::tma_store_wait_read<C::kBoxBuffers - 1>();  // the last store from this buffer has read it
         sm90::named_barrier(wg, 128);
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
