@@ -70,7 +70,8 @@ constexpr CUtensorMapDataType tma_dtype = std::is_same_v<T, __half> ? CU_TENSOR_
 // 256 costs nothing on rows whose pitch is a multiple of 128 bytes, but where most rows straddle
 // two L2 lines (K = 3000: 6000-byte rows) it slowed step 13's loads by a fifth. Measured in
 // development (bf16 3000^3, loads alone): 97-98 us with 256-byte promotion, 81-84 with 128, 64
-// or none; 4096^3, 8192^3 and 5120 x 1536 x 3072 level.
+// or none; 4096^3 and 5120 x 1536 x 3072 level, fp16 8192^3 1.8% slower in that process (within
+// the run-to-run spread of that shape, KERNEL_LOG step 13's Revision 2).
 template <typename T>
 bool encode_map(CUtensorMap& map, const void* data, int64_t inner, int64_t outer, int64_t row_stride,
                 int box_inner, int box_outer, CUtensorMapSwizzle swizzle) {
