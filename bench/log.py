@@ -31,8 +31,8 @@ def step_block(v, rows, ncu_rows, run_sha: str | None = None) -> str:
         text.append(f"- **Mirrors:** {h.mirrors}")
     text.append(f"- **Source:** [`{v.source}`]({v.source})")
     if run_sha:
-        text.append(f"- **Changed since the run:** the source differs from run {run_sha}'s; the "
-                    f"numbers below measured that earlier code")
+        text.append(f"- **Changed since the run:** the source (or a shared header it includes) differs "
+                    f"from run {run_sha}'s; the numbers below measured that earlier code")
     text.append("")
     order = {key[:3]: i for i, key in enumerate(tables.headlines(v.op))}
     mine = sorted((r for r in rows if r["label"] == v.label and r["role"] == "headline"),

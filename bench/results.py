@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -89,17 +90,47 @@ def shape_of(text: str) -> tuple[int, ...]:
 
 
 def changed_since_run(folder: Path, variants) -> list:
-    """The steps whose code (the file past its header comment, without comment lines) differs from
-    the code at the bench run's commit (git_sha in the folder's environment.json): their rows
-    describe the earlier code. Empty when git, or the commit, is not at hand (a tarball, a shallow
-    clone)."""
-    from rosetta.registry import REPO
-
+    """The steps whose code (the file past its header comment, without comment lines, and for a
+    CUDA step the same of every shared header it includes) differs from the code at the bench
+    run's commit (git_sha in the folder's environment.json): their rows describe the earlier code.
+    Empty when git, or the commit, is not at hand (a tarball, a shallow clone)."""
     sha = read_environment(folder / "environment.json").get("git_sha")
     if not sha:
         return []
     return [v for v in variants
-            if (then := _source_at(sha, v.source)) is not None and _code(then) != _code((REPO / v.source).read_text())]
+            if (then := _measured_code(v.source, sha)) is not None and then != _measured_code(v.source)]
+
+
+_INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"', re.MULTILINE)
+COMMON_HEADERS = "cuda-kernels/common"
+
+
+def _measured_code(source: str, sha: str | None = None) -> str | None:
+    """_code of a step file as committed at sha (None: as it is now), followed by the code of the
+    headers it includes from cuda-kernels/common, transitively: a shared header edited after the
+    run (a tensor map's setting in hopper.cuh, say) changes what every step including it runs.
+    None when the step file is not at hand at sha; a header missing there counts as empty."""
+    from rosetta.registry import REPO
+
+    def read(path: str) -> str | None:
+        if sha is not None:
+            return _source_at(sha, path)
+        return (REPO / path).read_text() if (REPO / path).is_file() else None
+
+    text = read(source)
+    if text is None:
+        return None
+    parts, seen = [_code(text)], set()
+    pending = _INCLUDE.findall(text) if source.endswith(".cu") else []
+    while pending:
+        name = pending.pop()
+        if name in seen or not (REPO / COMMON_HEADERS / name).is_file():
+            continue  # seen, or not a committed shared header (rosetta_ops.h is generated)
+        seen.add(name)
+        header = read(f"{COMMON_HEADERS}/{name}") or ""
+        parts.append(_code(header))
+        pending += _INCLUDE.findall(header)
+    return "\n".join(parts)
 
 
 @functools.lru_cache(maxsize=None)
@@ -115,10 +146,11 @@ def _source_at(sha: str, source: str) -> str | None:
 def _code(source: str) -> str:
     """A step file without its leading header (a /* */ comment or a docstring) and without the
     lines that hold only a comment (// in CUDA, # in Python): rewording either compiles the same,
-    and so does re-indenting or re-spacing the lines of CUDA (Python's indentation is code)."""
-    for opening, closing, comment in (("/*", "*/", "//"), ('"""', '"""', "#")):
+    and so does re-indenting or re-spacing the lines of CUDA (Python's indentation is code). A
+    shared CUDA header, which opens with // lines instead, loses its comment lines the same way."""
+    for opening, closing, comment in (("/*", "*/", "//"), ('"""', '"""', "#"), ("//", "", "//")):
         if source.startswith(opening):
-            body = source[source.find(closing, len(opening)) + len(closing):]
+            body = source[source.find(closing, len(opening)) + len(closing):] if closing else source
             lines = [line for line in body.splitlines() if not line.lstrip().startswith(comment)]
             if comment == "//":
                 lines = [line.strip() for line in lines if line.strip()]

@@ -279,4 +279,28 @@ def test_a_step_whose_code_changed_after_the_run_is_named(tmp_path, monkeypatch)
     results._source_at.cache_clear()
     assert results.changed_since_run(tmp_path, rosetta.variants("vector_add")) == [edited]
     block = log.step_block(edited, [], [], "0123abcd")
-    assert "**Changed since the run:** the source differs from run 0123abcd's" in block
+    assert "**Changed since the run:** the source (or a shared header it includes) differs from run 0123abcd's" in block
+
+
+def test_a_shared_header_whose_code_changed_after_the_run_marks_every_step_that_includes_it(tmp_path, monkeypatch):
+    """A CUDA step runs its shared headers' code too (hopper.cuh's tensor-map settings, say): a
+    code edit there marks every step including it, directly or through another header, and no
+    Triton step; a comment edit there marks none."""
+    from types import SimpleNamespace
+
+    (tmp_path / "environment.json").write_text('{"git_sha": "0123abcd"}')
+    header = "cuda-kernels/common/rosetta.cuh"  # vector_add's steps include it through primitives.cuh too
+
+    def run_with(older_header):
+        def git_show(cmd, **kwargs):
+            source = cmd[-1].split(":", 1)[1]
+            now = (rosetta.registry.REPO / source).read_text()
+            return SimpleNamespace(returncode=0, stdout=older_header(now) if source == header else now)
+
+        monkeypatch.setattr(results.subprocess, "run", git_show)
+        results._source_at.cache_clear()
+        return results.changed_since_run(tmp_path, rosetta.variants("vector_add"))
+
+    assert run_with(lambda now: now + "\nstatic int the_code_as_it_was;\n") == rosetta.variants("vector_add", "cuda")
+    assert run_with(lambda now: "// an older comment line\n" + now) == []
+    results._source_at.cache_clear()
