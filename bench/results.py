@@ -102,7 +102,6 @@ def changed_since_run(folder: Path, variants) -> list:
 
 
 _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"', re.MULTILINE)
-COMMON_HEADERS = "cuda-kernels/common"
 
 
 def _measured_code(source: str, sha: str | None = None) -> str | None:
@@ -110,6 +109,7 @@ def _measured_code(source: str, sha: str | None = None) -> str | None:
     headers it includes from cuda-kernels/common, transitively: a shared header edited after the
     run (a tensor map's setting in hopper.cuh, say) changes what every step including it runs.
     None when the step file is not at hand at sha; a header missing there counts as empty."""
+    from rosetta.cuda_build import COMMON_DIR
     from rosetta.registry import REPO
 
     def read(path: str) -> str | None:
@@ -124,10 +124,10 @@ def _measured_code(source: str, sha: str | None = None) -> str | None:
     pending = _INCLUDE.findall(text) if source.endswith(".cu") else []
     while pending:
         name = pending.pop()
-        if name in seen or not (REPO / COMMON_HEADERS / name).is_file():
+        if name in seen or not (COMMON_DIR / name).is_file():
             continue  # seen, or not a committed shared header (rosetta_ops.h is generated)
         seen.add(name)
-        header = read(f"{COMMON_HEADERS}/{name}") or ""
+        header = read(str((COMMON_DIR / name).relative_to(REPO))) or ""
         parts.append(_code(header))
         pending += _INCLUDE.findall(header)
     return "\n".join(parts)
