@@ -230,7 +230,7 @@ def test_softmax_past_2_31_elements(gen, v):
     if not gpu_memory_allows(3 * rows * cols * 2 + 2**32):
         pytest.skip("not enough GPU memory")
     x = torch.empty(rows, cols, device=GPU, dtype=torch.bfloat16).normal_(generator=gen)
-    out = v(x)
+    out = v.launch_into(x, out=poisoned_output("softmax", (x,)))  # into NaN, as the matmul test below
     for start in range(0, rows, 4096):
         s = slice(start, start + 4096)
         expected = torch.softmax(x[s].float(), -1)
@@ -251,7 +251,9 @@ def test_matmul_output_past_2_31_elements(gen, v):
         pytest.skip("not enough GPU memory")
     a = torch.randn(m, 16, device=GPU, generator=gen).to(torch.bfloat16)
     b = torch.randn(16, n, device=GPU, generator=gen).to(torch.bfloat16)
-    out = v(a, b)
+    # Into NaN: every step gets the same seeded inputs, and a block just given back may still
+    # hold the previous step's right answer, which would hide tiles this one never writes.
+    out = v.launch_into(a, b, out=poisoned_output("matmul", (a, b)))
     for start in range(0, m, 4096):
         expected = a[start:start + 4096].float() @ b.float()
         scale = a[start:start + 4096].float().abs() @ b.float().abs()
