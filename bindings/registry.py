@@ -67,10 +67,12 @@ def ops_with_steps() -> list[str]:
 def best(op: str, backend: str, dtype=None, inputs: tuple = ()) -> Variant:
     """The step used when step=None: the last (most optimized) one that takes `dtype` and, given
     `inputs`, whose declared limits they fit (a TMA step passes an fp16 K of 33 to the last step
-    that takes it; with no step left, the last one that takes `dtype` says why it refuses)."""
+    that takes it; with no step left, the last one that takes `dtype` says why it refuses).
+    A step with a declared hazard (a known way to go wrong) is run only when asked for by number."""
     ladder = variants(op, backend)
     if not ladder:
         raise ValueError(f"{op} has no {backend} steps yet")
+    ladder = [v for v in ladder if not v.hazard] or ladder
     if dtype is None:
         return ladder[-1]
     taking = [v for v in ladder if dtype in v.dtypes]

@@ -1,7 +1,7 @@
 """Step discovery: every file `<backend-dir>/<op>/<NN>_<name>.<cu|py>` is a Step record.
 
 Nothing here is a hand-kept list. A step's header (Step/Changed/Why/Still/Limits, and optionally
-Roofline/Dtypes/Layout/Max/Mirrors) is parsed from the file's leading comment or docstring: what a step
+Roofline/Dtypes/Layout/Max/Mirrors/Hazard) is parsed from the file's leading comment or docstring: what a step
 takes is declared once, in its own file. Steps are plain records; running one is dispatch's job.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ SUFFIXES = {"cuda": ".cu", "triton": ".py"}
 STEP_FILE = re.compile(r"^(?P<num>\d\d)_(?P<name>[a-z0-9_]+)$")
 STEP_TITLE = re.compile(r"^Step\s+(?P<num>\d+)\s*[—-]+\s*(?P<title>.+)$")
 REQUIRED_FIELDS = ("Changed", "Why", "Still", "Limits")
-OPTIONAL_FIELDS = ("Roofline", "Dtypes", "Layout", "Max", "Mirrors")
+OPTIONAL_FIELDS = ("Roofline", "Dtypes", "Layout", "Max", "Mirrors", "Hazard")
 BOUND = re.compile(r"^(?P<quantity>\w+)\s*<=\s*(?P<limit>[\d_,]+)$")
 
 
@@ -60,6 +60,7 @@ class Step:
     layout: str  # what the kernel assumes about strides: one of ops.spec.LAYOUTS
     bounds: tuple  # ((quantity, max), ...) from its `Max:` line, checked before launch
     header: Header
+    hazard: str = ""  # its `Hazard:` line: a known way it goes wrong, so step=None passes it over
 
     @property
     def qualname(self) -> str:
@@ -186,5 +187,5 @@ def discover() -> tuple[Step, ...]:
                                   source=str(path.relative_to(REPO)),
                                   dtypes=_dtypes(path, fields.get("Dtypes"), spec.dtypes),
                                   layout=layout, bounds=_bounds(path, fields.get("Max"), spec),
-                                  header=header))
+                                  header=header, hazard=fields.get("Hazard", "")))
     return tuple(found)

@@ -7,6 +7,11 @@ Changed:  three device-side tensor descriptors (tl.make_tensor_descriptor) repla
           over tiles is flattened with the K loop so the pipeline runs on across tile boundaries.
           Out-of-bounds parts of a tile are zero-filled by TMA on load and clipped on store: no
           masks. Autotuned over a short list (tile, stages, warps, split epilogue).
+          Transposed inputs cost no copy: a column-major A (a.t() of a row-major K x M) is
+          described as what it is in memory, a row-major K x M, loaded as BLOCK_K x BLOCK_M
+          boxes and handed to tl.dot as `.T`; wgmma reads either major-ness of 16-bit operands
+          from shared memory, so no shuffle is compiled (likewise B). Two constexpr flags pick
+          the variant, one compilation per layout pair, as CUDA step 13's template majors.
 Why:      a 128 x 256 x 64 K-step is 2·128·256·64 = 4.2 MFLOP: ~0.56 us of wgmma at the ~990
           TFLOP/s dense bf16 peak shared by 132 SMs, during which 48 KB must land in shared
           memory. Step 4 moves those 48 KB as 3072 cp.async of 16 bytes (12 per thread on 8 warps,
@@ -18,18 +23,20 @@ Why:      a 128 x 256 x 64 K-step is 2·128·256·64 = 4.2 MFLOP: ~0.56 us of wg
 Still:    one instruction stream issues TMA, waits on barriers, runs wgmma and the epilogue: the
           epilogue of tile i (convert + store 64 KB) is not overlapped with the mainloop of tile
           i + 1. Step 6 gives the loads their own warps (warp specialization).
-Limits:   TMA needs a 16-byte aligned base and row strides that are multiples of 16 bytes with a
-          unit last stride for a, b and out: 16-bit K and N multiples of 8. Otherwise (a[:, 1:],
-          odd K or N) launch raises ValueError; step 4 takes any strides, and step=None sends
-          such inputs there. With a gradient to take, dA (M x K, stored by TMA) needs K too.
-          K = 0 writes zeros without a launch (TMA cannot describe an empty K extent).
+Limits:   TMA needs a 16-byte aligned base, one unit stride and a leading stride that is a
+          multiple of 16 bytes for a and b (row- or column-major) and out (row-major): 16-bit K
+          and N multiples of 8. Otherwise (a[:, 1:], odd K or N) launch raises ValueError; step
+          4 takes any strides, and step=None sends such inputs there. With a gradient to take,
+          dA (M x K, stored by TMA) needs K too. K = 0 writes zeros without a launch (TMA
+          cannot describe an empty K extent).
 Dtypes:   bfloat16, float16
-Layout:   rows
+Layout:   rows_or_cols
 Max:      tma_unaligned <= 0; tma_out_unaligned <= 0
 Mirrors:  CUDA steps 11 (wgmma + TMA) and 13 (persistent tile scheduler), without clusters
 """
 import triton
 import triton.language as tl
+from rosetta.ops.matmul import is_column_major
 from rosetta.triton_kernels.common import sm_count, tuned
 from rosetta.triton_kernels.tma import check_tma, set_descriptor_allocator
 from torch.library import wrap_triton
@@ -61,14 +68,16 @@ def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
-@triton.autotune(configs=CONFIGS, key=["M", "N", "K"])
+@triton.autotune(configs=CONFIGS, key=["M", "N", "K", "A_COLS", "B_COLS"])
 @triton.jit
 def matmul_persistent_tma_kernel(
-    a_ptr,  # A, M x K, unit column stride, rows 16-byte aligned
-    b_ptr,  # B, K x N, unit column stride, rows 16-byte aligned
+    a_ptr,  # A, M x K, row- or column-major, leading stride 16-byte aligned
+    b_ptr,  # B, K x N, row- or column-major, leading stride 16-byte aligned
     out_ptr,  # out, M x N, contiguous
     M, N, K,
-    stride_am, stride_bk, stride_om,  # row strides in elements (the column strides are 1)
+    lda, ldb, stride_om,  # leading strides in elements (the other stride is 1)
+    A_COLS: tl.constexpr,  # A is column-major: memory holds A^T, K x M row-major
+    B_COLS: tl.constexpr,  # B is column-major: memory holds B^T, N x K row-major
     NUM_SMS: tl.constexpr,  # grid size: one program per SM
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -79,10 +88,16 @@ def matmul_persistent_tma_kernel(
     dtype = out_ptr.dtype.element_ty
     # descriptors are built on the device into a 128-byte global scratch (triton.set_allocator);
     # TMA coordinates are per-dimension element indices, so no 64-bit offset arithmetic is needed
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
-                                       block_shape=[BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
-                                       block_shape=[BLOCK_K, BLOCK_N])
+    # a descriptor describes the operand as it lies in memory (the box's last dimension is the
+    # unit-stride one); a transposed operand is loaded transposed and flipped with .T for tl.dot
+    if A_COLS:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[lda, 1], block_shape=[BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[lda, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_COLS:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[ldb, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[ldb, 1], block_shape=[BLOCK_K, BLOCK_N])
     OUT_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
     c_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[stride_om, 1],
                                        block_shape=[BLOCK_M, OUT_N])
@@ -99,8 +114,14 @@ def matmul_persistent_tma_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_tiles):
             # rows past M, columns past N and k past K arrive as zeros (TMA's out-of-bounds fill)
-            a = a_desc.load([off_m, ki * BLOCK_K])
-            b = b_desc.load([ki * BLOCK_K, off_n])
+            if A_COLS:
+                a = a_desc.load([ki * BLOCK_K, off_m]).T
+            else:
+                a = a_desc.load([off_m, ki * BLOCK_K])
+            if B_COLS:
+                b = b_desc.load([off_n, ki * BLOCK_K]).T
+            else:
+                b = b_desc.load([ki * BLOCK_K, off_n])
             acc = tl.dot(a, b, acc)
         if EPILOGUE_SUBTILE:
             halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
@@ -119,9 +140,11 @@ def launch(a, b, out):
     if K == 0:
         out.zero_()  # an empty sum; a descriptor with a zero extent is not valid TMA state
         return
-    check_tma(5, a, b, out)
+    check_tma(5, a, b, out, columns=True)
     set_descriptor_allocator(a.device)
     num_sms = sm_count(a.device)
+    a_cols, b_cols = is_column_major(a), is_column_major(b)
     grid = lambda meta: (min(num_sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
     wrap_triton(matmul_persistent_tma_kernel)[grid](
-        a, b, out, M, N, K, a.stride(0), b.stride(0), out.stride(0), NUM_SMS=num_sms)
+        a, b, out, M, N, K, a.stride(1 if a_cols else 0), b.stride(1 if b_cols else 0), out.stride(0),
+        A_COLS=a_cols, B_COLS=b_cols, NUM_SMS=num_sms)

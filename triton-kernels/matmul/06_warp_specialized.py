@@ -26,11 +26,13 @@ Still:    both consumer warpgroups work on the same tile and reach the epilogue 
           num_stages = 5 gave wrong results (unwritten and garbage tiles) on the H100 with
           Triton 3.6 at 128 x 128 and 128 x 64 tiles: the list stays at 3-4 stages, each config
           checked against cuBLAS on 4096^3, 8192^3, 5120 x 1536 x 3072 and an edge shape.
-          Transposed inputs cost nothing extra: a column-major A (a.t() of a row-major K x M) is
-          described as what it is in memory, a row-major K x M, loaded as BLOCK_K x BLOCK_M boxes
-          and handed to tl.dot as `.T`; wgmma reads either major-ness of 16-bit operands from
-          shared memory, so no shuffle is compiled (likewise B). Two constexpr flags pick the
-          variant, one compilation per layout pair, as CUDA step 13's template majors.
+          Worse, with every config: a launch long enough to be preempted (46,344 x 16 x 46,344,
+          ~3 ms) while another process runs on the GPU leaves half-tiles unwritten, ~90,000
+          elements a launch, each time; alone it is right, and steps 5 and CUDA 11-13 are right
+          in the same test. Each consumer warpgroup rebuilds the output's tensor map in global
+          scratch and TMA-stores its 64-row half from it, inside the warp-specialized loop; the
+          step-5 code (no warp_specialize) under the same load is right. Hence the Hazard line.
+          Transposed inputs as in step 5 (descriptors of what lies in memory, `.T` into tl.dot).
 Limits:   as step 5: 16-byte aligned bases and leading strides (16-bit: multiples of 8 elements),
           for out too (and dA's K when a gradient is taken), else ValueError naming step 4, where
           step=None sends such inputs. K = 0 writes zeros without a launch.
@@ -38,6 +40,8 @@ Dtypes:   bfloat16, float16
 Layout:   rows_or_cols
 Max:      tma_unaligned <= 0; tma_out_unaligned <= 0
 Mirrors:  CUDA step 12 (warp-specialized producer/consumer), persistent as step 13
+Hazard:   Triton 3.6's warp-specialized code leaves output tiles unwritten when the kernel is
+          preempted by another process's work: run it by number only (step=None stops at 5)
 """
 import triton
 import triton.language as tl
