@@ -29,6 +29,8 @@ def step_block(v, rows, ncu_rows, run_sha: str | None = None) -> str:
         text.append(f"- **Roofline:** {h.roofline}")
     if h.mirrors:
         text.append(f"- **Mirrors:** {h.mirrors}")
+    if v.hazard:
+        text.append(f"- **Hazard:** {v.hazard}")
     text.append(f"- **Source:** [`{v.source}`]({v.source})")
     if run_sha:
         text.append(f"- **Changed since the run:** the source (or a shared header it includes) differs "
