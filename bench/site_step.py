@@ -49,6 +49,8 @@ def header_html(v) -> str:
     fields = [("Changed", h.changed), ("Why", h.why), ("Still", h.still), ("Limits", h.limits)]
     if h.mirrors:
         fields.append(("Mirrors", h.mirrors))
+    if v.hazard:
+        fields.append(("Hazard", v.hazard))
     items = "".join(f"<dt>{k}</dt><dd>{escape(t)}</dd>" for k, t in fields)
     return f'<dl class="header">{items}</dl>'
 

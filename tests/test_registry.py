@@ -134,3 +134,12 @@ def test_predictions_live_in_the_kernel_log_not_the_header(v):
     a second copy in the header drifts from the first."""
     assert "Prediction:" not in (registry.REPO / v.source).read_text()[:4000], \
         f"{v.source}: move the header's prediction to KERNEL_LOG.md"
+
+
+def test_a_hazard_is_shown_wherever_the_step_header_is():
+    """KERNEL_LOG's step block and the report's step page carry the Hazard line."""
+    from rosetta.bench import log, site_step
+    six = rosetta.select("matmul", "triton", 6)
+    assert f"- **Hazard:** {six.hazard}" in log.step_block(six, [], [])
+    assert "<dt>Hazard</dt>" in site_step.header_html(six)
+    assert "Hazard" not in site_step.header_html(rosetta.select("matmul", "triton", 5))
