@@ -27,11 +27,12 @@ Still:    both consumer warpgroups work on the same tile and reach the epilogue 
           Triton 3.6 at 128 x 128 and 128 x 64 tiles: the list stays at 3-4 stages, each config
           checked against cuBLAS on 4096^3, 8192^3, 5120 x 1536 x 3072 and an edge shape.
           Worse, with every config: a launch long enough to be preempted (46,344 x 16 x 46,344,
-          ~3 ms) while another process runs on the GPU leaves half-tiles unwritten, ~90,000
-          elements a launch, each time; alone it is right, and steps 5 and CUDA 11-13 are right
-          in the same test. Each consumer warpgroup rebuilds the output's tensor map in global
-          scratch and TMA-stores its 64-row half from it, inside the warp-specialized loop; the
-          step-5 code (no warp_specialize) under the same load is right. Hence the Hazard line.
+          ~3 ms) while another process runs on the GPU leaves ~90,000 output elements unwritten
+          each time, the first of them always on a row that is a multiple of 64 (as a consumer
+          warpgroup's half of a tile would be); alone it is right, and steps 5 and CUDA 11-13
+          are right in the same test. In the PTX each consumer warpgroup rebuilds the output's
+          tensor map in global scratch before each TMA store of its 64 rows; the same kernel
+          without warp_specialize is right under the same load. Hence the Hazard line.
           Transposed inputs as in step 5 (descriptors of what lies in memory, `.T` into tl.dot).
 Limits:   as step 5: 16-byte aligned bases and leading strides (16-bit: multiples of 8 elements),
           for out too (and dA's K when a gradient is taken), else ValueError naming step 4, where
