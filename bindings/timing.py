@@ -12,6 +12,7 @@ Used by the bench and the hardware survey alike (both import this; it imports ne
 """
 from __future__ import annotations
 
+import random
 import statistics
 
 import torch
@@ -60,25 +61,17 @@ def time_calls(call, flush: Flush | None, warmup_ms: float = 25, rep_ms: float =
 
 
 def replay_times(call, flush: Flush | None, warmup_ms: float = 25, rep_ms: float = 100,
-                 min_reps: int = 5, max_reps: int = 1000) -> list[float]:
+                 min_reps: int = 5, max_reps: int = 1000, estimate_ms: float | None = None) -> list[float]:
     """The times (ms) of about rep_ms worth of calls, each between two events after a flush,
-    once about warmup_ms of calls have run."""
+    once about warmup_ms of calls have run. estimate_ms: one flush + call, if already known."""
     Event = torch.cuda.Event
     flush = flush or (lambda: None)
-    call()  # a fresh graph's first replay is slower: keep it out of the estimate
-    torch.cuda.synchronize()
-    start, end = Event(enable_timing=True), Event(enable_timing=True)
-    start.record()
-    for _ in range(3):
+    if estimate_ms is None:
+        estimate_ms = estimate(call, flush)
+    for _ in range(max(1, int(warmup_ms / estimate_ms))):
         flush()
         call()
-    end.record()
-    torch.cuda.synchronize()
-    estimate = max(start.elapsed_time(end) / 3, 1e-3)  # flush included: it is paid per replay too
-    for _ in range(max(1, int(warmup_ms / estimate))):
-        flush()
-        call()
-    reps = min(max_reps, max(min_reps, int(rep_ms / estimate)))
+    reps = min(max_reps, max(min_reps, int(rep_ms / estimate_ms)))
     starts = [Event(enable_timing=True) for _ in range(reps)]
     ends = [Event(enable_timing=True) for _ in range(reps)]
     for s, e in zip(starts, ends):
@@ -88,6 +81,21 @@ def replay_times(call, flush: Flush | None, warmup_ms: float = 25, rep_ms: float
         e.record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def estimate(call, flush) -> float:
+    """One flush + call (ms), from three of them after a first call (a fresh graph's first replay
+    is slower: it is kept out of the estimate)."""
+    call()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        flush()
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    return max(start.elapsed_time(end) / 3, 1e-3)
 
 
 def summarize(times: list[float]) -> dict:
@@ -111,17 +119,25 @@ def measure(fn, flush: Flush | None) -> dict:
     return {**time_calls(replay, flush), "timing": how}
 
 
-def measure_in_turns(fns: list, flush: Flush | None, rounds: int = 4) -> list[dict]:
+def measure_in_turns(fns: list, flush: Flush | None, rounds: int = 16, seed: int = 0) -> list[dict]:
     """Each fn's time, measured in turns: `rounds` rounds, each timing every fn for 1 / rounds of
     measure's warm-up and reps, their times pooled. For ratios between calls (tiers and steps on
     one shape, one input layout against another): the GPU's clock drifts as it heats over seconds
     (several percent on an 8192^3 matmul), and in turns every call sees the same drift, where one
-    after the other each sees its own part of it. One fn costs what measure costs."""
+    after the other each sees its own part of it. Every round visits the fns in a new order
+    (shuffled, seeded): what ran just before a call can move it, and a fixed order gave every fn
+    the same neighbours in every round (softmax fp32 4096 x 4096 backward: the same kernel took
+    61.8 us after torch's kernels and 64.0 after steps 2-4's, kernel time unchanged; Liger, listed
+    after the torch tiers, won by that margin). One fn costs what measure costs."""
     replays = [graph_or_calls(fn) for fn in fns]
+    estimates = [estimate(replay, flush or (lambda: None)) for replay, _ in replays]
     times = [[] for _ in fns]
+    order, shuffle = list(range(len(fns))), random.Random(seed).shuffle
     for _ in range(rounds):  # measure's warm-up and reps spread over the rounds: the same GPU time
-        for i, (replay, _) in enumerate(replays):
-            times[i] += replay_times(replay, flush, warmup_ms=25 / rounds, rep_ms=100 / rounds, min_reps=2)
+        shuffle(order)
+        for i in order:
+            times[i] += replay_times(replays[i][0], flush, warmup_ms=25 / rounds, rep_ms=100 / rounds,
+                                     min_reps=2, estimate_ms=estimates[i])
     return [{**summarize(t), "timing": how} for t, (_, how) in zip(times, replays)]
 
 

@@ -84,14 +84,19 @@ template <typename F> cudaError_t dispatch_dtype(DType d, F&& f) {
 // Blocks for `n` items at `per_block` items a block (n > 0).
 __host__ __device__ inline int64_t ceil_div(int64_t n, int64_t per_block) { return (n + per_block - 1) / per_block; }
 
-// The number of SMs of the current device: grids "sized to the machine" use it.
-inline int sm_count() {
-  static int counts[64] = {};  // per device: the current device may change between calls
+// An attribute of the current device, read once per device (the current device may change
+// between calls; one cache per attribute).
+template <cudaDeviceAttr kAttr>
+inline int device_attribute() {
+  static int values[64] = {};
   int device = 0;
   cudaGetDevice(&device);
-  if (counts[device] == 0) cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device);
-  return counts[device];
+  if (values[device] == 0) cudaDeviceGetAttribute(&values[device], kAttr, device);
+  return values[device];
 }
+
+// The number of SMs of the current device: grids "sized to the machine" use it.
+inline int sm_count() { return device_attribute<cudaDevAttrMultiProcessorCount>(); }
 
 }  // namespace rosetta
 

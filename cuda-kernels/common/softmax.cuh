@@ -126,13 +126,9 @@ __device__ __forceinline__ Online block_merge(Online a, Online* scratch) {
 // Host pieces
 
 // Dynamic shared memory one block may opt in to (227 KB on an H100), less room for a kernel's
-// static arrays. Per device, as rosetta::sm_count.
+// static arrays.
 inline int64_t max_dynamic_smem() {
-  static int optin[64] = {};
-  int device = 0;
-  cudaGetDevice(&device);
-  if (optin[device] == 0) cudaDeviceGetAttribute(&optin[device], cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  return optin[device] - 1024;
+  return rosetta::device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>() - 1024;
 }
 
 // One block per row; the row loop inside covers grids capped at 2^31 - 1 blocks.

@@ -315,11 +315,8 @@ void by_wholeness(bool whole, F f) {
 // against 30.9 in development (a second H100 showed no gain); where dx does not fit (fp32 4096 x
 // 4096) the hint cost 2%, hence the gate.
 inline bool pick_streaming(int64_t out_bytes) {
-  static int l2[64] = {};
-  int device = 0;
-  cudaGetDevice(&device);
-  if (l2[device] == 0) cudaDeviceGetAttribute(&l2[device], cudaDevAttrL2CacheSize, device);
-  return 2 * out_bytes > l2[device] && 4 * out_bytes <= 3 * int64_t(l2[device]);
+  const int64_t l2 = rosetta::device_attribute<cudaDevAttrL2CacheSize>();
+  return 2 * out_bytes > l2 && 4 * out_bytes <= 3 * l2;
 }
 
 template <typename F>
