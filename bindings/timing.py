@@ -83,9 +83,10 @@ def replay_times(call, flush: Flush | None, warmup_ms: float = 25, rep_ms: float
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def estimate(call, flush) -> float:
+def estimate(call, flush: Flush | None) -> float:
     """One flush + call (ms), from three of them after a first call (a fresh graph's first replay
     is slower: it is kept out of the estimate)."""
+    flush = flush or (lambda: None)
     call()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -130,7 +131,7 @@ def measure_in_turns(fns: list, flush: Flush | None, rounds: int = 16, seed: int
     61.8 us after torch's kernels and 64.0 after steps 2-4's, kernel time unchanged; Liger, listed
     after the torch tiers, won by that margin). One fn costs what measure costs."""
     replays = [graph_or_calls(fn) for fn in fns]
-    estimates = [estimate(replay, flush or (lambda: None)) for replay, _ in replays]
+    estimates = [estimate(replay, flush) for replay, _ in replays]
     times = [[] for _ in fns]
     order, shuffle = list(range(len(fns))), random.Random(seed).shuffle
     for _ in range(rounds):  # measure's warm-up and reps spread over the rounds: the same GPU time
