@@ -15,6 +15,7 @@ from rosetta.ops import SPECS
 from . import lines, nvtx, results
 from .tiers import Tier, runner, tiers
 
+PLACEMENTS = 4  # outputs per subject, timed in rotation (rosetta.timing.measure_in_turns says why)
 TIMING_METHOD = ("one call captured as a CUDA graph, its replays timed with CUDA events "
                  "(rosetta.timing); before every replay a clean L2 flush (a sum over a buffer of "
                  "4x the L2, which leaves no dirty lines behind); median and p20/p80; warm-up, JIT "
@@ -23,7 +24,9 @@ TIMING_METHOD = ("one call captured as a CUDA graph, its replays timed with CUDA
                  "cannot take is copied before capture, reported, not timed; the subjects of one "
                  "(op, direction, dtype, shape), and every input layout, timed in turns "
                  "(rosetta.timing.measure_in_turns: 16 rounds, each in a new seeded shuffled order) "
-                 "so that their ratios see the same clock and no subject always follows the same one")
+                 "so that their ratios see the same clock and no subject always follows the same one; "
+                 f"each subject on {PLACEMENTS} outputs of its own (a graph each), one per round in rotation, "
+                 "so that no subject's time rests on where one output landed")
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,9 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     subjects and their layouts are timed in turns (timing.measure_in_turns), so their ratios see
     the same clock: timed one after the other, each saw its own moment of a GPU whose clock
     follows its temperature and power, and gaps of 1-2% between tiers came and went with the
-    order. Every call in a turn keeps its output alive, so a group whose outputs would take more
-    than a quarter of the free memory is timed in several turns (long softmax rows: one each)."""
+    order. Every subject in a turn keeps its PLACEMENTS outputs alive, so a group whose outputs
+    would take more than a quarter of the free memory is timed in several turns (long softmax
+    rows: one each)."""
     from .ceilings import apply_to_rows
 
     spec = SPECS[group.op]
@@ -133,7 +137,7 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     rows, turn = [], []  # turn: the (subject, row, launch) of right answers waiting to be timed
 
     def time_turn():
-        times = timing.measure_in_turns([launch for _, _, launch in turn], flush)
+        times = timing.measure_in_turns([launches for _, _, launches in turn], flush)
         for (subject, row, _), t in zip(turn, times):
             row.update(status="ok", p50_ms=t["p50_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
                        timing=t["timing"], throughput=work / (t["p50_ms"] * 1e-3) / scale)
@@ -145,14 +149,15 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
         if not takes(subject, group):
             continue
         for name, x in laid_out.items():
-            if turn and (len(turn) + 1) * out_bytes > budget:
+            if turn and (len(turn) + 1) * PLACEMENTS * out_bytes > budget:
                 time_turn()
             row = base_row(subject, group, dtype_name, sha)
             row["layout"] = name
             launch = check(subject, group, d, x, reference, gate, row)
             rows.append(row)
-            if launch:
-                turn.append((subject, row, launch))
+            if launch:  # right: the other placements are the same call into outputs of their own
+                more = [placement(subject, group, d, x)[0] for _ in range(PLACEMENTS - 1)]
+                turn.append((subject, row, [launch, *more]))
             elif row["status"] == "wrong":
                 progress.report(subject.label, group, f"WRONG (error {row['error']:.3g} > {tolerance:g}), not timed", name)
             else:
@@ -170,13 +175,8 @@ def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict):
     too slow for this shape)."""
     tolerance = d.tolerance[group.dtype]
     try:
-        fn, copied = runner(subject, group.direction, inputs, d.allocate(*inputs).fill_(float("nan")))
+        launch, copied = placement(subject, group, d, inputs)
         row["input_copy"] = ",".join(copied)
-
-        def launch(fn=fn, label=subject.label):
-            with nvtx.step_range(label):
-                return fn()
-
         result = launch()  # also the warm-up: JIT compile, autotune, torch.compile
         torch.cuda.synchronize()
         err = d.error(result, reference, inputs)
@@ -200,6 +200,17 @@ def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict):
     else:
         return launch
     return None
+
+
+def placement(subject, group: Group, d, inputs: tuple):
+    """(launch, copied): one call of the subject on `inputs`, into an output of its own (NaN-filled:
+    a step that skips an element cannot pass), inside the step's NVTX range."""
+    fn, copied = runner(subject, group.direction, inputs, d.allocate(*inputs).fill_(float("nan")))
+
+    def launch():
+        with nvtx.step_range(subject.label):
+            return fn()
+    return launch, copied
 
 
 def base_row(subject, group: Group, dtype_name: str, sha: str) -> dict:

@@ -120,26 +120,32 @@ def measure(fn, flush: Flush | None) -> dict:
     return {**time_calls(replay, flush), "timing": how}
 
 
-def measure_in_turns(fns: list, flush: Flush | None, rounds: int = 16, seed: int = 0) -> list[dict]:
-    """Each fn's time, measured in turns: `rounds` rounds, each timing every fn for 1 / rounds of
-    measure's warm-up and reps, their times pooled. For ratios between calls (tiers and steps on
-    one shape, one input layout against another): the GPU's clock drifts as it heats over seconds
-    (several percent on an 8192^3 matmul), and in turns every call sees the same drift, where one
-    after the other each sees its own part of it. Every round visits the fns in a new order
-    (shuffled, seeded): what ran just before a call can move it, and a fixed order gave every fn
-    the same neighbours in every round (softmax fp32 4096 x 4096 backward: the same kernel took
-    61.8 us after torch's kernels and 64.0 after steps 2-4's, kernel time unchanged; Liger, listed
-    after the torch tiers, won by that margin). One fn costs what measure costs."""
-    replays = [graph_or_calls(fn) for fn in fns]
-    estimates = [estimate(replay, flush) for replay, _ in replays]
-    times = [[] for _ in fns]
-    order, shuffle = list(range(len(fns))), random.Random(seed).shuffle
-    for _ in range(rounds):  # measure's warm-up and reps spread over the rounds: the same GPU time
+def measure_in_turns(subjects: list, flush: Flush | None, rounds: int = 16, seed: int = 0) -> list[dict]:
+    """Each subject's time, measured in turns: `rounds` rounds, each timing every subject for
+    1 / rounds of measure's warm-up and reps, their times pooled. For ratios between calls (tiers
+    and steps on one shape, one input layout against another): the GPU's clock drifts as it heats
+    over seconds (several percent on an 8192^3 matmul), and in turns every call sees the same
+    drift, where one after the other each sees its own part of it. Every round visits the subjects
+    in a new order (shuffled, seeded): what ran just before a call can move it, and a fixed order
+    gave every subject the same neighbours in every round (softmax fp32 4096 x 4096 backward: the
+    same kernel took 61.8 us after torch's kernels and 64.0 after steps 2-4's, kernel time
+    unchanged; Liger, listed after the torch tiers, won by that margin).
+    A subject is a list of calls that do the same work into outputs of their own ("placements",
+    each its own graph); round r times placement r % len. Where an output lands moves a short
+    kernel: softmax fp32 4096 x 1024 forward, the same kernel on four output buffers took 13.09 to
+    13.34 us, as far apart as the steps and tiers being ranked. Rotating averages that out.
+    One subject costs what measure costs."""
+    replays = [[graph_or_calls(call) for call in calls] for calls in subjects]
+    estimates = [[estimate(replay, flush) for replay, _ in placements] for placements in replays]
+    times = [[] for _ in subjects]
+    order, shuffle = list(range(len(subjects))), random.Random(seed).shuffle
+    for r in range(rounds):  # measure's warm-up and reps spread over the rounds: the same GPU time
         shuffle(order)
         for i in order:
-            times[i] += replay_times(replays[i][0], flush, warmup_ms=25 / rounds, rep_ms=100 / rounds,
-                                     min_reps=2, estimate_ms=estimates[i])
-    return [{**summarize(t), "timing": how} for t, (_, how) in zip(times, replays)]
+            p = r % len(replays[i])
+            times[i] += replay_times(replays[i][p][0], flush, warmup_ms=25 / rounds, rep_ms=100 / rounds,
+                                     min_reps=2, estimate_ms=estimates[i][p])
+    return [{**summarize(t), "timing": placements[0][1]} for t, placements in zip(times, replays)]
 
 
 def sustained(make_call, copies: int = 8, calls: int = 64) -> dict:

@@ -308,22 +308,25 @@ def test_a_shared_header_whose_code_changed_after_the_run_marks_every_step_that_
 
 # ---- timing in turns ---------------------------------------------------------------------------
 
-def test_turns_visit_every_call_once_a_round_in_changing_orders(monkeypatch):
-    """measure_in_turns' rounds (no GPU: the timing primitives replaced by a recorder): every call
-    once per round, each with 1 / rounds of the reps, and an order that changes between rounds, so
-    that no call always follows the same one (the neighbour effect in KERNEL_LOG's "Timing in turns")."""
+def test_turns_visit_every_subject_once_a_round_in_changing_orders(monkeypatch):
+    """measure_in_turns' rounds (no GPU: the timing primitives replaced by a recorder): every
+    subject once per round, each with 1 / rounds of the reps, in an order that changes between
+    rounds, so that no subject always follows the same one (the neighbour effect in KERNEL_LOG's
+    "Timing in turns"); and a subject's placements taken in rotation, one a round."""
     from rosetta import timing
 
     visits = []
     monkeypatch.setattr(timing, "graph_or_calls", lambda fn: (fn, "graph"))
     monkeypatch.setattr(timing, "estimate", lambda call, flush: 1.0)
     monkeypatch.setattr(timing, "replay_times", lambda call, flush, **kw: visits.append(call()) or [kw["rep_ms"]])
-    calls = [lambda i=i: i for i in range(5)]
+    placements = 3
+    subjects = [[lambda i=i, p=p: (i, p) for p in range(placements)] for i in range(5)]
     rounds = 16
-    measured = timing.measure_in_turns(calls, None, rounds=rounds)
-    orders = [visits[r * 5:(r + 1) * 5] for r in range(rounds)]
+    measured = timing.measure_in_turns(subjects, None, rounds=rounds)
+    orders = [[i for i, _ in visits[r * 5:(r + 1) * 5]] for r in range(rounds)]
     assert len(visits) == 5 * rounds and all(sorted(o) == list(range(5)) for o in orders)
+    assert all(p == r % placements for r in range(rounds) for _, p in visits[r * 5:(r + 1) * 5])
     assert all(m["reps"] == rounds and m["p50_ms"] == 100 / rounds for m in measured)
     predecessors = {i: {o[o.index(i) - 1] for o in orders if o.index(i) > 0} for i in range(5)}
     assert all(len(p) > 1 for p in predecessors.values())
-    assert timing.measure_in_turns(calls, None, rounds=rounds) and visits[-5 * rounds:] == visits[:5 * rounds]  # seeded
+    assert timing.measure_in_turns(subjects, None, rounds=rounds) and visits[-5 * rounds:] == visits[:5 * rounds]  # seeded
