@@ -134,7 +134,7 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     scale = 1e9 if spec.metric == "GB/s" else 1e12
     out_bytes = reference.numel() * group.dtype.itemsize  # one call's output
     budget = torch.cuda.mem_get_info()[0] // 4
-    rows, turn = [], []  # turn: the (subject, row, launch) of right answers waiting to be timed
+    rows, turn = [], []  # turn: the (subject, row, launches) of right answers waiting to be timed
 
     def time_turn():
         times = timing.measure_in_turns([launches for _, _, launches in turn], flush)

@@ -134,7 +134,7 @@ def measure_in_turns(subjects: list, flush: Flush | None, rounds: int = 16, seed
     each its own graph); round r times placement r % len. Where an output lands moves a short
     kernel: softmax fp32 4096 x 1024 forward, the same kernel on four output buffers took 13.09 to
     13.34 us, as far apart as the steps and tiers being ranked. Rotating averages that out.
-    One subject costs what measure costs."""
+    A subject's timed calls cost what measure's do; each placement adds one capture and estimate."""
     replays = [[graph_or_calls(call) for call in calls] for calls in subjects]
     estimates = [[estimate(replay, flush) for replay, _ in placements] for placements in replays]
     times = [[] for _ in subjects]
