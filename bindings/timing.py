@@ -134,9 +134,10 @@ def measure_in_turns(subjects: list, flush: Flush | None, rounds: int = 16, seed
     each its own graph); round r times placement r % len. Where an output lands moves a short
     kernel: softmax fp32 4096 x 1024 forward, the same kernel on four output buffers took 13.09 to
     13.34 us, as far apart as the steps and tiers being ranked. Rotating averages that out.
-    A subject's timed calls cost what measure's do; each placement adds one capture and estimate."""
+    A subject's timed calls cost what measure's do; each placement adds one capture. The cost
+    estimate is taken once, on the first placement: the others do the same work."""
     replays = [[graph_or_calls(call) for call in calls] for calls in subjects]
-    estimates = [[estimate(replay, flush) for replay, _ in placements] for placements in replays]
+    estimates = [estimate(placements[0][0], flush) for placements in replays]
     times = [[] for _ in subjects]
     order, shuffle = list(range(len(subjects))), random.Random(seed).shuffle
     for r in range(rounds):  # measure's warm-up and reps spread over the rounds: the same GPU time
@@ -144,7 +145,7 @@ def measure_in_turns(subjects: list, flush: Flush | None, rounds: int = 16, seed
         for i in order:
             p = r % len(replays[i])
             times[i] += replay_times(replays[i][p][0], flush, warmup_ms=25 / rounds, rep_ms=100 / rounds,
-                                     min_reps=2, estimate_ms=estimates[i][p])
+                                     min_reps=2, estimate_ms=estimates[i])
     return [{**summarize(t), "timing": placements[0][1]} for t, placements in zip(times, replays)]
 
 

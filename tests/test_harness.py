@@ -317,13 +317,15 @@ def test_turns_visit_every_subject_once_a_round_in_changing_orders(monkeypatch):
 
     visits = []
     monkeypatch.setattr(timing, "graph_or_calls", lambda fn: (fn, "graph"))
-    monkeypatch.setattr(timing, "estimate", lambda call, flush: 1.0)
+    estimated = []
+    monkeypatch.setattr(timing, "estimate", lambda call, flush: estimated.append(call()) or 1.0)
     monkeypatch.setattr(timing, "replay_times", lambda call, flush, **kw: visits.append(call()) or [kw["rep_ms"]])
     placements = 3
     subjects = [[lambda i=i, p=p: (i, p) for p in range(placements)] for i in range(5)]
     rounds = 16
     measured = timing.measure_in_turns(subjects, None, rounds=rounds)
     orders = [[i for i, _ in visits[r * 5:(r + 1) * 5]] for r in range(rounds)]
+    assert estimated == [(i, 0) for i in range(5)]  # once a subject: its placements do the same work
     assert len(visits) == 5 * rounds and all(sorted(o) == list(range(5)) for o in orders)
     assert all(p == r % placements for r in range(rounds) for _, p in visits[r * 5:(r + 1) * 5])
     assert all(m["reps"] == rounds and m["p50_ms"] == 100 / rounds for m in measured)
