@@ -38,7 +38,8 @@ import triton
 import triton.language as tl
 from rosetta.ops.matmul import is_column_major
 from rosetta.triton_kernels.common import sm_count, tuned
-from rosetta.triton_kernels.tma import check_tma, set_descriptor_allocator
+from rosetta.triton_kernels.tma import (check_tma, load_operands, operand_descriptors,
+                                         set_descriptor_allocator, tile_coords)
 from torch.library import wrap_triton
 
 
@@ -55,17 +56,6 @@ CONFIGS = tuned([config(*c) for c in [
     (128, 64, 64, 4, 4, False),
     (64, 128, 64, 4, 4, False),
 ]], config(64, 64, 32, 4, 1, True))
-
-
-@triton.jit
-def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """Step 3's grouped order: GROUP_M row blocks, down the rows first, then across."""
-    num_pid_in_group = GROUP_M * num_pid_n
-    first_pid_m = (tile_id // num_pid_in_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (tile_id % num_pid_in_group) % group_size_m
-    pid_n = (tile_id % num_pid_in_group) // group_size_m
-    return pid_m, pid_n
 
 
 @triton.autotune(configs=CONFIGS, key=["M", "N", "K", "A_COLS", "B_COLS"])
@@ -86,18 +76,9 @@ def matmul_persistent_tma_kernel(
     EPILOGUE_SUBTILE: tl.constexpr,  # store the tile as two BLOCK_M x BLOCK_N/2 halves
 ):
     dtype = out_ptr.dtype.element_ty
-    # descriptors are built on the device into a 128-byte global scratch (triton.set_allocator);
-    # TMA coordinates are per-dimension element indices, so no 64-bit offset arithmetic is needed
-    # a descriptor describes the operand as it lies in memory (the box's last dimension is the
-    # unit-stride one); a transposed operand is loaded transposed and flipped with .T for tl.dot
-    if A_COLS:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[lda, 1], block_shape=[BLOCK_K, BLOCK_M])
-    else:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[lda, 1], block_shape=[BLOCK_M, BLOCK_K])
-    if B_COLS:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[ldb, 1], block_shape=[BLOCK_N, BLOCK_K])
-    else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[ldb, 1], block_shape=[BLOCK_K, BLOCK_N])
+    # A and B described as they lie in memory (a transposed operand is loaded transposed)
+    a_desc, b_desc = operand_descriptors(a_ptr, b_ptr, M, N, K, lda, ldb, A_COLS, B_COLS,
+                                         BLOCK_M, BLOCK_N, BLOCK_K)
     OUT_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
     c_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[stride_om, 1],
                                        block_shape=[BLOCK_M, OUT_N])
@@ -113,15 +94,7 @@ def matmul_persistent_tma_kernel(
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_tiles):
-            # rows past M, columns past N and k past K arrive as zeros (TMA's out-of-bounds fill)
-            if A_COLS:
-                a = a_desc.load([ki * BLOCK_K, off_m]).T
-            else:
-                a = a_desc.load([off_m, ki * BLOCK_K])
-            if B_COLS:
-                b = b_desc.load([off_n, ki * BLOCK_K]).T
-            else:
-                b = b_desc.load([ki * BLOCK_K, off_n])
+            a, b = load_operands(a_desc, b_desc, ki, off_m, off_n, A_COLS, B_COLS, BLOCK_K)
             acc = tl.dot(a, b, acc)
         if EPILOGUE_SUBTILE:
             halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
