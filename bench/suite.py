@@ -17,8 +17,8 @@ from .tiers import Tier, runner, tiers
 
 PLACEMENTS = 4  # outputs per subject, timed in rotation (rosetta.timing.measure_in_turns says why)
 TIMING_METHOD = ("one call captured as a CUDA graph, its replays timed with CUDA events "
-                 "(rosetta.timing); before every replay a clean L2 flush (a sum over a buffer of "
-                 "4x the L2, which leaves no dirty lines behind); median and p20/p80; warm-up, JIT "
+                 "(rosetta.timing); before every replay a clean L2 flush (two sums over a buffer of "
+                 "4x the L2, which leave no dirty lines and no evict_last lines behind); median and p20/p80; warm-up, JIT "
                  "and autotuning run before capture; outputs preallocated (torch.compile and peer "
                  "libraries allocate their own, from the graph's pool); an input a step's layout "
                  "cannot take is copied before capture, reported, not timed; the subjects of one "

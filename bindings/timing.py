@@ -4,9 +4,17 @@ with CUDA events, the L2 flushed *cleanly* before each replay; median and p20/p8
 Why a clean flush: triton.testing.do_bench flushes by zeroing a 256 MB buffer, which leaves ~50 MB
 of dirty lines in L2; their write-back to DRAM then runs inside the next timed kernel (~10 us on
 the H100: torch.sum fp32 2^28 read 2,971 GB/s after a zeroing flush, 3,051 after a read-only one).
-Reading a buffer of 4x the L2 instead evicts every line, and the dirty ones are written back during
-the flush, which is not timed. `sustained` is the third view: many back-to-back calls on rotating
-inputs, where nothing is flushed at all.
+Reading a buffer of 4x the L2 instead evicts the lines, and the dirty ones are written back during
+the flush, which is not timed. It reads the buffer twice: one pass does not evict every line. Lines
+loaded with an evict_last hint outlive a single 256 MB pass (torch.compile's softmax backward loads
+its rows so): on the H100, torch.sum over 64 MB that torch.compile's kernel had just read took
+30.1 us after one pass and 31.0 (as a never-read buffer does) after two. On softmax fp32 4096 x
+4096 backward, Liger's and CUDA step 5's kernels took 61.4-61.8 us after one pass that followed
+torch.compile's kernel (or, in some runs, their own) and 62.9-63.8 after one that followed other
+kernels: which subject ran before moved the next one by 3%. After two passes each took the same
+time whatever ran before (63.3-63.7 us; torch.compile's 63.1), and so after one pass of a 1 GB
+buffer. `sustained` is the third view: many back-to-back calls on rotating inputs, where nothing
+is flushed at all.
 
 Used by the bench and the hardware survey alike (both import this; it imports neither).
 """
@@ -21,8 +29,11 @@ FLUSH_MODES = ("read", "zero")
 
 
 class Flush:
-    """Evicts the L2 before a timed replay. "read": sum a buffer of >= 4x the L2 (clean: leaves no
-    dirty lines); "zero": overwrite it, as do_bench does (kept to show what it costs)."""
+    """Evicts the L2 before a timed replay. "read": sum a buffer of >= 4x the L2, twice (clean:
+    leaves no dirty lines, and no evict_last line survives two passes); "zero": overwrite it, as
+    do_bench does (kept to show what it costs)."""
+
+    READ_PASSES = 2
 
     def __init__(self, mode: str = "read", device=None):
         if mode not in FLUSH_MODES:
@@ -36,7 +47,8 @@ class Flush:
 
     def __call__(self) -> None:
         if self.mode == "read":
-            torch.sum(self.buffer, dim=0, out=self.sink)
+            for _ in range(self.READ_PASSES):
+                torch.sum(self.buffer, dim=0, out=self.sink)
         else:
             self.buffer.zero_()
 
@@ -126,10 +138,11 @@ def measure_in_turns(subjects: list, flush: Flush | None, rounds: int = 16, seed
     and steps on one shape, one input layout against another): the GPU's clock drifts as it heats
     over seconds (several percent on an 8192^3 matmul), and in turns every call sees the same
     drift, where one after the other each sees its own part of it. Every round visits the subjects
-    in a new order (shuffled, seeded): what ran just before a call can move it, and a fixed order
-    gave every subject the same neighbours in every round (softmax fp32 4096 x 4096 backward: the
-    same kernel took 61.8 us after torch's kernels and 64.0 after steps 2-4's, kernel time
-    unchanged; Liger, listed after the torch tiers, won by that margin).
+    in a new order (shuffled, seeded), so that no subject always follows the same one: with a
+    one-pass flush, what ran just before a call moved it (softmax fp32 4096 x 4096 backward: the
+    same kernel took 61.8 us after torch's kernels and 64.0 after steps 2-4's; Liger, listed after
+    the torch tiers, won by that margin), because lines a neighbour loaded with evict_last
+    outlived the flush (Flush says how; its two passes remove that).
     A subject is a list of calls that do the same work into outputs of their own ("placements",
     each its own graph); round r times placement r % len. Where an output lands moves a short
     kernel: softmax fp32 4096 x 1024 forward, the same kernel on four output buffers took 13.09 to
