@@ -18,7 +18,7 @@ from . import best, measure
 from . import facts as device_facts
 
 TIMING = ("rosetta.timing, as the bench: each call captured as a CUDA graph, the L2 flushed before "
-          "every replay by reading a buffer of 4x the L2 (a clean flush: no write-back billed to the "
+          "every replay by reading a buffer of 4x the L2 twice (a clean flush: no write-back billed to the "
           "probe), median over >= 5 replays (100 ms of them); the rate is work / median time; compute "
           "probes are timed three times and the fastest median kept (the clock moves with power and heat)")
 
