@@ -10,7 +10,7 @@ loaded with an evict_last hint outlive a single 256 MB pass (torch.compile's sof
 its rows so): on the H100, torch.sum over 64 MB that torch.compile's kernel had just read took
 30.1 us after one pass and 31.0 (as a never-read buffer does) after two. On softmax fp32 4096 x
 4096 backward, Liger's and CUDA step 5's kernels took 61.4-61.8 us after one pass that followed
-torch.compile's kernel (or, in some runs, their own) and 62.9-63.8 after one that followed other
+torch.compile's kernel (or, in some runs, their own) and 62.4-63.8 after one that followed other
 kernels: which subject ran before moved the next one by 3%. After two passes each took the same
 time whatever ran before (63.3-63.7 us; torch.compile's 63.1), and so after one pass of a 1 GB
 buffer. `sustained` is the third view: many back-to-back calls on rotating inputs, where nothing
