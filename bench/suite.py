@@ -18,15 +18,15 @@ from .tiers import Tier, runner, tiers
 PLACEMENTS = 4  # outputs per subject, timed in rotation (rosetta.timing.measure_in_turns says why)
 TIMING_METHOD = ("one call captured as a CUDA graph, its replays timed with CUDA events "
                  "(rosetta.timing); before every replay a clean L2 flush (two sums over a buffer of "
-                 "4x the L2, which leave no dirty lines and no evict_last lines behind); median and p20/p80; warm-up, JIT "
-                 "and autotuning run before capture; outputs preallocated (torch.compile and peer "
-                 "libraries allocate their own, from the graph's pool); an input a step's layout "
-                 "cannot take is copied before capture, reported, not timed; the subjects of one "
-                 "(op, direction, dtype, shape), and every input layout, timed in turns "
-                 "(rosetta.timing.measure_in_turns: 16 rounds, each in a new seeded shuffled order) "
-                 "so that their ratios see the same clock and no subject always follows the same one; "
-                 f"each subject on {PLACEMENTS} outputs of its own (a graph each), one per round in rotation, "
-                 "so that no subject's time rests on where one output landed")
+                 "4x the L2, which leave no dirty lines and no evict_last lines behind); median and "
+                 "p20/p80; warm-up, JIT and autotuning run before capture; outputs preallocated "
+                 "(torch.compile and peer libraries allocate their own, from the graph's pool); an "
+                 "input a step's layout cannot take is copied before capture, reported, not timed; "
+                 "the subjects of one (op, direction, dtype, shape), and every input layout, timed in "
+                 f"turns (rosetta.timing.measure_in_turns: {timing.ROUNDS} rounds, each in a new seeded "
+                 "shuffled order) so that their ratios see the same clock and no subject always follows "
+                 f"the same one; each subject on {PLACEMENTS} outputs of its own (a graph each), one per "
+                 "round in rotation, so that no subject's time rests on where one output landed")
 
 
 @dataclass(frozen=True)

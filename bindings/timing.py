@@ -132,7 +132,10 @@ def measure(fn, flush: Flush | None) -> dict:
     return {**time_calls(replay, flush), "timing": how}
 
 
-def measure_in_turns(subjects: list, flush: Flush | None, rounds: int = 16, seed: int = 0) -> list[dict]:
+ROUNDS = 16  # measure_in_turns' rounds: each subject's warm-up and reps split this many ways
+
+
+def measure_in_turns(subjects: list, flush: Flush | None, rounds: int = ROUNDS, seed: int = 0) -> list[dict]:
     """Each subject's time, measured in turns: `rounds` rounds, each timing every subject for
     1 / rounds of measure's warm-up and reps, their times pooled. For ratios between calls (tiers
     and steps on one shape, one input layout against another): the GPU's clock drifts as it heats
