@@ -132,12 +132,15 @@ SASS_CLAIMS = [
     # "LDG.E.128 / STG.E.128 ... warp shuffles (SHFL.BFLY, 5 per warp)" (read-only loads: .CONSTANT)
     ("softmax/03_warp_shuffle_vectorized.cu", "softmax_warp_shuffleIfE",
      lambda ops: {"LDG.E.128.CONSTANT", "STG.E.128", "SHFL.BFLY"} <= set(ops)),
-    # "load them with ld.global.cs (evict-first)": the streaming backward tile's y and dy loads are
-    # LDG.E.EF.128 (2 vectors x 2 tensors), the plain one's read-only LDG.E.128.CONSTANT
-    ("softmax/05_row_on_chip.cu", "backward_block_rowI13__nv_bfloat16Li256ELi16ELi5ELb1ELb1E",
+    # pick_load_hint: the backward tile's y and dy loads (2 vectors x 2 tensors) are LDG.E.EF.128
+    # evict-first (ld.global.cs), LDG.E.EL.128 evict-last (the createpolicy cache hint), and the plain
+    # one's read-only LDG.E.128.CONSTANT
+    ("softmax/05_row_on_chip.cu", "backward_block_rowI13__nv_bfloat16Li256ELi16ELi5ELb1ELNS_6L2HintE1EE",
      lambda ops: ops.count("LDG.E.EF.128") == 4 and "LDG.E.128.CONSTANT" not in ops),
-    ("softmax/05_row_on_chip.cu", "backward_block_rowI13__nv_bfloat16Li256ELi16ELi5ELb1ELb0E",
-     lambda ops: ops.count("LDG.E.128.CONSTANT") == 4 and "LDG.E.EF.128" not in ops),
+    ("softmax/05_row_on_chip.cu", "backward_block_rowI13__nv_bfloat16Li256ELi16ELi5ELb1ELNS_6L2HintE2EE",
+     lambda ops: ops.count("LDG.E.EL.128") == 4 and "LDG.E.128.CONSTANT" not in ops),
+    ("softmax/05_row_on_chip.cu", "backward_block_rowI13__nv_bfloat16Li256ELi16ELi5ELb1ELNS_6L2HintE0EE",
+     lambda ops: ops.count("LDG.E.128.CONSTANT") == 4 and not {"LDG.E.EF.128", "LDG.E.EL.128"} & set(ops)),
     # "loads 32 elements ... per tensor (8 16-byte vectors of fp32)" and "lane r stores ... with st.async"
     ("softmax/07_cluster_registers.cu", "softmax_cluster_registersIfE",
      lambda ops: "STAS.64" in ops and ops.count("LDG.E.128.CONSTANT") == 8),

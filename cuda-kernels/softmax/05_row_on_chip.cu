@@ -17,8 +17,10 @@ Changed:  the row is read once, kept on the SM while its max and sum are reduced
           instantiation with one predicated 16-byte load per vector and no branch, and the
           backward issues all of y's and dy's loads before converting any. Backward: y and dy
           both stay on chip (registers, or shared memory up to ~226 KB for the two): 2 reads +
-          1 write; when y and dy overflow the L2 but dx fits in 3/4 of it, the register tiles
-          load them with ld.global.cs (evict-first), so dx stays in L2 (pick_streaming).
+          1 write. The register tiles give their loads an L2 priority (pick_load_hint): evict-
+          last when the output overflows the L2 (more of its dirty lines are still in L2 when
+          the kernel ends), evict-first (ld.global.cs) when only the backward's y and dy do (dx
+          stays in L2), none otherwise.
 Why:      2 reads + 1 write (3n) -> 1 read + 1 write (2n), the minimum: up to 3/2 faster where
           the second read came from DRAM, and for short rows it removes the L2 re-read that
           held step 4 below the DRAM ceiling. Bytes in flight: fp32 4096 x 4096 runs 256-thread
@@ -58,6 +60,27 @@ using sm::store_vec;
 
 constexpr int kWarpRowThreads = 128;  // 4 warps, a row each
 
+// The L2 eviction priority of a load's lines: evict-first (ld.global.cs) or evict-last (an L2
+// cache policy made by createpolicy, passed to ld.global as a cache hint). pick_load_hint says
+// when each one pays.
+enum class L2Hint { kNormal, kEvictFirst, kEvictLast };
+
+template <L2Hint kHint>
+__device__ __forceinline__ uint4 load_hinted(const uint4* p) {
+  if constexpr (kHint == L2Hint::kEvictFirst) {
+    return __ldcs(p);
+  } else if constexpr (kHint == L2Hint::kEvictLast) {
+    uint64_t policy;
+    uint4 v;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
+    return v;
+  } else {
+    return *p;
+  }
+}
+
 template <typename T, int kGroup, int kElems>
 struct RowTile {
   static constexpr int V = kVec<T>, kVecs = kElems / V;
@@ -72,8 +95,8 @@ struct RowTile {
   // end) and no branch. Else vector by vector, element-wise where a vector is unaligned or crosses
   // the end. Raw vectors first, unpack() later: with two tiles, both tiles' loads issue before the
   // first conversion waits on one (load_pair).
-  // kStream: ld.global.cs, lines marked evict-first in L2 (see pick_streaming).
-  template <bool kStream = false>
+  // kHint: the L2 eviction priority the loads give their lines (see pick_load_hint).
+  template <L2Hint kHint = L2Hint::kNormal>
   __device__ __forceinline__ void fetch(Raw& p, const T* row, int cols, int t, float fill) const {
     Vec16<T> pad;
 #pragma unroll
@@ -81,7 +104,7 @@ struct RowTile {
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       const uint4* src = reinterpret_cast<const uint4*>(row + col(i, t));
-      p[i].raw = int(col(i, t)) < cols ? (kStream ? __ldcs(src) : *src) : pad.raw;
+      p[i].raw = int(col(i, t)) < cols ? load_hinted<kHint>(src) : pad.raw;
     }
   }
   __device__ __forceinline__ void unpack(const Raw& p) {
@@ -90,11 +113,11 @@ struct RowTile {
 #pragma unroll
       for (int k = 0; k < V; ++k) v[i][k] = p[i].get(k);
   }
-  template <bool kWhole>
+  template <bool kWhole, L2Hint kHint>
   __device__ __forceinline__ void load(const T* row, int64_t cols, int t, float fill) {
     if constexpr (kWhole) {
       Raw p;
-      fetch(p, row, int(cols), t, fill);
+      fetch<kHint>(p, row, int(cols), t, fill);
       unpack(p);
     } else {
       const bool vec = aligned16(row);
@@ -126,17 +149,17 @@ struct RowTile {
 // Both tiles of a backward row (y and dy, 0 past the end). On the whole-vector path every load of
 // both issues before the first conversion; two load() calls on the element-wise path would wait
 // for y's data before asking for dy's (each vector's branch keeps its conversion in front).
-template <bool kWhole, bool kStream, typename Tile, typename T>
+template <bool kWhole, L2Hint kHint, typename Tile, typename T>
 __device__ __forceinline__ void load_pair(Tile& a, const T* ra, Tile& b, const T* rb, int64_t cols, int t) {
   if constexpr (kWhole) {
     typename Tile::Raw pa, pb;
-    a.template fetch<kStream>(pa, ra, int(cols), t, 0.0f);
-    b.template fetch<kStream>(pb, rb, int(cols), t, 0.0f);
+    a.template fetch<kHint>(pa, ra, int(cols), t, 0.0f);
+    b.template fetch<kHint>(pb, rb, int(cols), t, 0.0f);
     a.unpack(pa);
     b.unpack(pb);
   } else {
-    a.template load<false>(ra, cols, t, 0.0f);
-    b.template load<false>(rb, cols, t, 0.0f);
+    a.template load<false, L2Hint::kNormal>(ra, cols, t, 0.0f);
+    b.template load<false, L2Hint::kNormal>(rb, cols, t, 0.0f);
   }
 }
 
@@ -191,7 +214,7 @@ struct BlockAllReduce {
 };
 
 // A warp per row, 4 rows per block; no block barrier, so warps past the last row just leave.
-template <typename T, int kElems, bool kWhole>
+template <typename T, int kElems, bool kWhole, L2Hint kHint>
 __global__ void __launch_bounds__(kWarpRowThreads)
 softmax_warp_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int64_t cols) {
   constexpr int kWarps = kWarpRowThreads / 32;
@@ -199,7 +222,7 @@ softmax_warp_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out,
   const int64_t step = int64_t(gridDim.x) * kWarps;
   for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows; row += step) {
     RowTile<T, 32, kElems> tile;
-    tile.template load<kWhole>(x + row * x_stride, cols, lane, -INFINITY);
+    tile.template load<kWhole, kHint>(x + row * x_stride, cols, lane, -INFINITY);
     softmax_tile(tile, WarpAllReduce{});
     tile.template store<kWhole>(out + row * cols, cols, lane);
   }
@@ -208,17 +231,17 @@ softmax_warp_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out,
 // A block per row: block b takes row b (the host launches 2^31 - 1 rows at a time), no row loop.
 // kMinBlocks blocks per SM caps the registers at 65,536 / (kMinBlocks x kThreads); 0 sets no cap.
 // The tables below say why each tile has its cap.
-template <typename T, int kThreads, int kElems, int kMinBlocks, bool kWhole>
+template <typename T, int kThreads, int kElems, int kMinBlocks, bool kWhole, L2Hint kHint>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
 softmax_block_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t cols) {
   __shared__ float scratch[kThreads / 32];
   RowTile<T, kThreads, kElems> tile;
-  tile.template load<kWhole>(x + blockIdx.x * x_stride, cols, threadIdx.x, -INFINITY);
+  tile.template load<kWhole, kHint>(x + blockIdx.x * x_stride, cols, threadIdx.x, -INFINITY);
   softmax_tile(tile, BlockAllReduce<kThreads>{scratch});
   tile.template store<kWhole>(out + blockIdx.x * cols, cols, threadIdx.x);
 }
 
-template <typename T, int kElems, bool kWhole, bool kStream>
+template <typename T, int kElems, bool kWhole, L2Hint kHint>
 __global__ void __launch_bounds__(kWarpRowThreads)
 backward_warp_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
                   T* __restrict__ dx, int64_t rows, int64_t cols) {
@@ -227,19 +250,19 @@ backward_warp_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict
   const int64_t step = int64_t(gridDim.x) * kWarps;
   for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows; row += step) {
     RowTile<T, 32, kElems> ty, tg;
-    load_pair<kWhole, kStream>(ty, y + row * y_stride, tg, dy + row * dy_stride, cols, lane);
+    load_pair<kWhole, kHint>(ty, y + row * y_stride, tg, dy + row * dy_stride, cols, lane);
     backward_tile(ty, tg, WarpAllReduce{});
     tg.template store<kWhole>(dx + row * cols, cols, lane);
   }
 }
 
-template <typename T, int kThreads, int kElems, int kMinBlocks, bool kWhole, bool kStream>
+template <typename T, int kThreads, int kElems, int kMinBlocks, bool kWhole, L2Hint kHint>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
 backward_block_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
                    T* __restrict__ dx, int64_t cols) {
   __shared__ float scratch[kThreads / 32];
   RowTile<T, kThreads, kElems> ty, tg;
-  load_pair<kWhole, kStream>(ty, y + blockIdx.x * y_stride, tg, dy + blockIdx.x * dy_stride, cols, threadIdx.x);
+  load_pair<kWhole, kHint>(ty, y + blockIdx.x * y_stride, tg, dy + blockIdx.x * dy_stride, cols, threadIdx.x);
   backward_tile(ty, tg, BlockAllReduce<kThreads>{scratch});
   tg.template store<kWhole>(dx + blockIdx.x * cols, cols, threadIdx.x);
 }
@@ -282,7 +305,9 @@ bool pick_forward_tile(int64_t cols, Warp warp, Block block) {
 // per thread and tensor (4096 x 1024: 2,829 GB/s against the warp tile's 2,608); 256 x 16 is capped
 // at 48 registers, 5 blocks per SM where the uncapped ~56 allow 4 (with per-vector loads a cap of
 // 40 and 6 blocks measured best, bf16 4096 x 4096 3,065 against 2,976; load_pair's raw vectors
-// spill at 40, and Triton's kernel for the same tile runs 48 and 5). The other tiles have no cap
+// spill at 40, and Triton's kernel for the same tile runs 48 and 5); fp32 rows of 2,049-4,096 run
+// 512 x 8 (two vectors per tensor, 2 blocks per SM: fp32 4096 x 4096 with evict-last loads 62.5 us
+// against 62.7 for 256 x 16, in turns, in development). The other tiles have no cap
 // (0): ptxas picks (32-94 registers, no spills), where an explicit 1 block per SM let it take more
 // (80 -> 96 for 256 x 32, and bf16 16384 x 8192 ran 4% slower).
 template <typename T, typename Warp, typename Block>
@@ -292,6 +317,7 @@ bool pick_backward_tile(int64_t cols, Warp warp, Block block) {
   if constexpr (V == 4)
     if (cols <= 1024) return block(Int<256>{}, Int<4>{}, Int<4>{}), true;
   if (cols <= 2048) block(Int<256>{}, Int<8>{}, Int<0>{});
+  else if (V == 4 && cols <= 4096) block(Int<512>{}, Int<8>{}, Int<2>{});
   else if (cols <= 4096) block(Int<256>{}, Int<16>{}, Int<5>{});
   else if (cols <= 8192) block(Int<256>{}, Int<32>{}, Int<0>{});
   else if (cols <= kMaxRegisterCols) block(Int<512>{}, Int<32>{}, Int<0>{});
@@ -299,31 +325,38 @@ bool pick_backward_tile(int64_t cols, Warp warp, Block block) {
   return true;
 }
 
-// f(std::bool_constant<whole>): whole when every row of every tensor starts on 16 bytes and cols
-// is a multiple of the vector width (the tiles' branch-free path).
-template <typename F>
-void by_wholeness(bool whole, F f) {
-  if (whole) f(std::true_type{});
-  else f(std::false_type{});
-}
-
-// Backward only: f(whole, stream), stream only on the whole-vector path. Streaming loads (ld.global.cs:
-// evict-first in L2) when y and dy together overflow the L2 but dx fits in 3/4 of it: then the
-// inputs, read once, are what the L2 gives up as they stream through, and dx's dirty lines stay
-// there until the kernel ends (for the next kernel to read, or written back later) instead of being
-// evicted to DRAM during it. bf16 4096 x 4096 (64 MB in, 32 MB out of a 50 MB L2) measured 29.7 us
-// against 30.9 in development (a second H100 showed no gain); where dx does not fit (fp32 4096 x
-// 4096) the hint cost 2%, hence the gate.
-inline bool pick_streaming(int64_t out_bytes) {
+// The L2 priority of the loaded lines (the tiles' whole-vector path; the element-wise path loads
+// plainly), from what the kernel reads and writes against the L2 (50 MB on an H100):
+//   evict-last   the output overflows the L2. Its dirty lines are then evicted to DRAM during
+//                the kernel; with the inputs' lines held back, more of them are still in L2 when
+//                it ends (fp32 4096 x 4096 backward, ncu: 43.7 MB of dx's 64 MB written to DRAM
+//                inside the kernel against 47.5 plain, reads unchanged) and are written back
+//                after it. In turns, in development: that shape 62.5 us against 63.4 backward,
+//                42.3 against 43.4 forward; bf16 16384 x 8192 257.6 against 259.9 backward,
+//                175.1 against 176.6 forward. (torch.compile's backward gets the same from its
+//                evict_last loads.)
+//   evict-first  the inputs overflow the L2 but the output fits in 3/4 of it (the backward's y and
+//                dy: ld.global.cs): the inputs, read once, are then what the L2 gives up as they
+//                stream through, and dx stays there until the kernel ends. bf16 4096 x 4096 (64 MB
+//                in, 32 MB out): 29.7 us against 30.9 in development; where dx does not fit (fp32
+//                4096 x 4096) it costs 2%.
+//   normal       everything else (fp32 4096 x 1024, bf16 4096 x 4096 forward: no hint measured
+//                better).
+inline L2Hint pick_load_hint(int64_t in_bytes, int64_t out_bytes) {
   const int64_t l2 = rosetta::device_attribute<cudaDevAttrL2CacheSize>();
-  return 2 * out_bytes > l2 && 4 * out_bytes <= 3 * l2;
+  if (out_bytes > l2) return L2Hint::kEvictLast;
+  return in_bytes > l2 && 4 * out_bytes <= 3 * l2 ? L2Hint::kEvictFirst : L2Hint::kNormal;
 }
 
+template <L2Hint kHint> using Hint = std::integral_constant<L2Hint, kHint>;
+
+// f(whole, hint) as integral constants: the hint only on the whole-vector path.
 template <typename F>
-void by_path(bool whole, bool stream, F f) {
-  if (!whole) f(std::false_type{}, std::false_type{});
-  else if (stream) f(std::true_type{}, std::true_type{});
-  else f(std::true_type{}, std::false_type{});
+void by_path(bool whole, L2Hint hint, F f) {
+  if (!whole) f(std::false_type{}, Hint<L2Hint::kNormal>{});
+  else if (hint == L2Hint::kEvictFirst) f(std::true_type{}, Hint<L2Hint::kEvictFirst>{});
+  else if (hint == L2Hint::kEvictLast) f(std::true_type{}, Hint<L2Hint::kEvictLast>{});
+  else f(std::true_type{}, Hint<L2Hint::kNormal>{});
 }
 
 // Block-per-row grids, 2^31 - 1 rows a launch: launch(first row, blocks).
@@ -337,19 +370,22 @@ template <typename T>
 bool launch_forward_in_registers(const T* x, int64_t x_stride, T* out, int64_t rows, int64_t cols,
                                  cudaStream_t stream) {
   const bool whole = cols % kVec<T> == 0 && rows_aligned(x, x_stride) && aligned16(out);
+  const int64_t bytes = rows * cols * int64_t(sizeof(T));
+  const L2Hint hint = pick_load_hint(bytes, bytes);
   return pick_forward_tile<T>(
       cols,
       [&](auto elems) {
-        by_wholeness(whole, [&](auto w) {
-          softmax_warp_row<T, decltype(elems)::value, decltype(w)::value>
+        by_path(whole, hint, [&](auto w, auto h) {
+          softmax_warp_row<T, decltype(elems)::value, decltype(w)::value, decltype(h)::value>
               <<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(x, x_stride, out, rows, cols);
         });
       },
       [&](auto threads, auto elems, auto min_blocks) {
         constexpr int kThreads = decltype(threads)::value;
-        by_wholeness(whole, [&](auto w) {
+        by_path(whole, hint, [&](auto w, auto h) {
           for_row_blocks(rows, [&](int64_t first, unsigned blocks) {
-            softmax_block_row<T, kThreads, decltype(elems)::value, decltype(min_blocks)::value, decltype(w)::value>
+            softmax_block_row<T, kThreads, decltype(elems)::value, decltype(min_blocks)::value, decltype(w)::value,
+                              decltype(h)::value>
                 <<<blocks, kThreads, 0, stream>>>(x + first * x_stride, x_stride, out + first * cols, cols);
           });
         });
@@ -360,22 +396,23 @@ template <typename T>
 bool launch_backward_in_registers(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
                                   int64_t rows, int64_t cols, cudaStream_t stream) {
   const bool whole = cols % kVec<T> == 0 && rows_aligned(y, y_stride) && rows_aligned(dy, dy_stride) && aligned16(dx);
-  const bool streaming = pick_streaming(rows * cols * int64_t(sizeof(T)));
+  const int64_t bytes = rows * cols * int64_t(sizeof(T));
+  const L2Hint hint = pick_load_hint(2 * bytes, bytes);
   return pick_backward_tile<T>(
       cols,
       [&](auto elems) {
-        by_path(whole, streaming, [&](auto w, auto s) {
-          backward_warp_row<T, decltype(elems)::value, decltype(w)::value, decltype(s)::value>
+        by_path(whole, hint, [&](auto w, auto h) {
+          backward_warp_row<T, decltype(elems)::value, decltype(w)::value, decltype(h)::value>
               <<<row_grid(rows, kWarpRowThreads / 32), kWarpRowThreads, 0, stream>>>(y, y_stride, dy, dy_stride, dx,
                                                                                       rows, cols);
         });
       },
       [&](auto threads, auto elems, auto min_blocks) {
         constexpr int kThreads = decltype(threads)::value;
-        by_path(whole, streaming, [&](auto w, auto s) {
+        by_path(whole, hint, [&](auto w, auto h) {
           for_row_blocks(rows, [&](int64_t first, unsigned blocks) {
             backward_block_row<T, kThreads, decltype(elems)::value, decltype(min_blocks)::value, decltype(w)::value,
-                               decltype(s)::value>
+                               decltype(h)::value>
                 <<<blocks, kThreads, 0, stream>>>(y + first * y_stride, y_stride, dy + first * dy_stride, dy_stride,
                                                   dx + first * cols, cols);
           });

@@ -5,9 +5,9 @@ Changed:  a row longer than a register tile is cut into chunks, one program each
           backward: its partial dot) to a workspace, bumps the row's arrival counter, spins until
           all of the row's chunks have arrived, combines the partials (fixed order: deterministic)
           and writes its chunk from registers. Short rows: step 1's single load (several rows
-          per program below 1,024 elements); the backward's loads are evict-first when y and dy
-          overflow the L2 but dx fits in it (CUDA step 5's streaming loads). Tiles, warps and
-          rows per program: a host table.
+          per program below 1,024 elements); the backward's loads are evict-last when dx
+          overflows the L2, evict-first when only y and dy do (CUDA step 5's L2 hints). Tiles,
+          warps and rows per program: a host table.
 Why:      4,096 rows of 262,144 fp32 are 1 MB each: too big for one SM's registers, so steps
           2-3 read every row twice (8 GB of traffic for 4 GB out, <= 2,000 GB/s). Chunks of
           16 KB fit, and the whole machine works on a few rows at a time: 1 read +
@@ -155,7 +155,7 @@ def softmax_split_backward_kernel(
     SPLIT: tl.constexpr,
     ONE_TILE: tl.constexpr,
     CHUNKS_P2: tl.constexpr,
-    EVICT: tl.constexpr,  # "evict_first" or "": the L2 policy of y's and dy's lines (see streaming())
+    EVICT: tl.constexpr,  # "evict_first", "evict_last" or "": the L2 policy of y's and dy's lines (l2_policy())
 ):
     row, chunk = _claim(sync_ptr, rows, chunks, SPLIT)
     r = row * ROWS + tl.arange(0, ROWS)
@@ -193,14 +193,18 @@ def softmax_split_backward_kernel(
             tl.store(dx_rows + c[None, :] + start, (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty), mask=mask)
 
 
-def streaming(rows, cols, x):
-    """Backward: evict-first loads when y and dy together overflow the L2 but dx fits in 3/4 of it.
-    The inputs, read once, are then what the L2 gives up, and dx's dirty lines stay in it until
-    the kernel ends instead of going to DRAM during it (CUDA step 5 does the same with ld.global.cs)."""
+def l2_policy(rows, cols, x):
+    """Backward: the eviction policy of the single-tile path's y and dy loads (CUDA step 5's
+    pick_load_hint says why, with its measurements). Evict-last when dx overflows the L2: more of
+    dx's dirty lines are still in L2 when the kernel ends. Evict-first when y and dy together
+    overflow the L2 but dx fits in 3/4 of it: the inputs, read once, are what the L2 gives up, and
+    dx stays in it. Else none."""
     if x.device.type != "cuda":
-        return False
+        return ""
     l2, out_bytes = torch.cuda.get_device_properties(x.device).L2_cache_size, rows * cols * x.element_size()
-    return 2 * out_bytes > l2 and 4 * out_bytes <= 3 * l2
+    if out_bytes > l2:
+        return "evict_last"
+    return "evict_first" if 2 * out_bytes > l2 and 4 * out_bytes <= 3 * l2 else ""
 
 
 def plan(rows, cols, tensors, x):
@@ -217,7 +221,7 @@ def plan(rows, cols, tensors, x):
         warps = (4 if tensors == 1 else 8) if tile <= 2048 else 8 if tile <= 8192 else 16
         meta = dict(BLOCK=block, ROWS=row_tile, SPLIT=False, ONE_TILE=True, CHUNKS_P2=1, num_warps=warps)
         if tensors == 2:
-            meta["EVICT"] = "evict_first" if streaming(rows, cols, x) else ""
+            meta["EVICT"] = l2_policy(rows, cols, x)
         return (triton.cdiv(rows, row_tile),), 1, block, meta
     block = SPLIT_BYTES // x.element_size() if tensors == 1 else SPLIT_TILE_BACKWARD
     # At most one chunk per SM (deadlock freedom, see Why): longer rows get chunks of several tiles.
