@@ -96,7 +96,7 @@ struct RowTile {
   // the end. Raw vectors first, unpack() later: with two tiles, both tiles' loads issue before the
   // first conversion waits on one (load_pair).
   // kHint: the L2 eviction priority the loads give their lines (see pick_load_hint).
-  template <L2Hint kHint = L2Hint::kNormal>
+  template <L2Hint kHint>
   __device__ __forceinline__ void fetch(Raw& p, const T* row, int cols, int t, float fill) const {
     Vec16<T> pad;
 #pragma unroll
@@ -302,8 +302,8 @@ bool pick_forward_tile(int64_t cols, Warp warp, Block block) {
 }
 
 // Backward: two tiles (y and dy). fp32 rows of 513-1,024 run 256-thread blocks, one 16-byte vector
-// per thread and tensor (4096 x 1024: 2,829 GB/s against the warp tile's 2,608); 256 x 16 is capped
-// at 48 registers, 5 blocks per SM where the uncapped ~56 allow 4 (with per-vector loads a cap of
+// per thread and tensor (4096 x 1024: 2,829 GB/s against the warp tile's 2,608); 16-bit 256 x 16 is
+// capped at 48 registers, 5 blocks per SM where the uncapped ~56 allow 4 (with per-vector loads a cap of
 // 40 and 6 blocks measured best, bf16 4096 x 4096 3,065 against 2,976; load_pair's raw vectors
 // spill at 40, and Triton's kernel for the same tile runs 48 and 5); fp32 rows of 2,049-4,096 run
 // 512 x 8 (two vectors per tensor, 2 blocks per SM: fp32 4096 x 4096 with evict-last loads 62.5 us
@@ -316,12 +316,18 @@ bool pick_backward_tile(int64_t cols, Warp warp, Block block) {
   if (cols <= 128 * V) return pick_warp_tile<T>(cols, warp);
   if constexpr (V == 4)
     if (cols <= 1024) return block(Int<256>{}, Int<4>{}, Int<4>{}), true;
-  if (cols <= 2048) block(Int<256>{}, Int<8>{}, Int<0>{});
-  else if (V == 4 && cols <= 4096) block(Int<512>{}, Int<8>{}, Int<2>{});
-  else if (cols <= 4096) block(Int<256>{}, Int<16>{}, Int<5>{});
-  else if (cols <= 8192) block(Int<256>{}, Int<32>{}, Int<0>{});
-  else if (cols <= kMaxRegisterCols) block(Int<512>{}, Int<32>{}, Int<0>{});
-  else return false;
+  if (cols <= 2048) {
+    block(Int<256>{}, Int<8>{}, Int<0>{});
+  } else if (cols <= 4096) {
+    if constexpr (V == 4) block(Int<512>{}, Int<8>{}, Int<2>{});
+    else block(Int<256>{}, Int<16>{}, Int<5>{});
+  } else if (cols <= 8192) {
+    block(Int<256>{}, Int<32>{}, Int<0>{});
+  } else if (cols <= kMaxRegisterCols) {
+    block(Int<512>{}, Int<32>{}, Int<0>{});
+  } else {
+    return false;
+  }
   return true;
 }
 
