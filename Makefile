@@ -5,7 +5,7 @@ PY ?= $(VENV)/bin/python
 PYTEST = $(PY) -m pytest
 BENCH = PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench
 
-.PHONY: setup test test-gpu bench bench-quick flush-check profile sanitize survey log report clean
+.PHONY: setup test test-gpu bench bench-quick bench-suite bench-overhead flush-check profile sanitize survey log report clean
 
 # torch==2.13.0 is the CPU build on machines without a GPU (a plain `torch` would pull a multi-GB
 # CUDA build); triton 3.6.0 is the reference GPU's, so the interpreter runs the same Triton there;
@@ -45,6 +45,15 @@ bench:
 
 bench-quick:
 	$(BENCH) --quick
+
+# The shapes users bring: every step on each, the dispatch table step=None reads (dispatch.json),
+# suite.md and heatmaps. One op per device call: `make bench-suite SUITE_OPS="--op matmul"`.
+bench-suite:
+	$(BENCH) --suite $(SUITE_OPS)
+
+# Host cost per call on a tiny input: torch, each backend's public call, the layers under it.
+bench-overhead:
+	$(BENCH) --overhead
 
 # The flush comparison README shows: zeroing flush vs read-only flush vs sustained back-to-back.
 flush-check:

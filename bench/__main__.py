@@ -1,4 +1,4 @@
-"""python -m rosetta.bench [--op OP] [--backend B] [--step N] [--quick] [--flush-check]
+"""python -m rosetta.bench [--op OP] [--backend B] [--step N] [--quick] [--flush-check] [--suite] [--overhead]
 
 On a GPU: every tier and step of the selected ops, correctness first, then timing; writes
 results/<gpu>/bench.csv, environment.json and plots, and regenerates the KERNEL_LOG/README tables.
@@ -26,6 +26,11 @@ def parse_args(argv=None):
                    help="smoke run: first headline shape and dtype, no sweep; writes bench-quick.csv")
     p.add_argument("--flush-check", action="store_true",
                    help="only the flush comparison: one memory-bound kernel under each flush and sustained")
+    p.add_argument("--suite", action="store_true",
+                   help="only the shape suite of the selected ops: every step on the shapes users bring, "
+                        "the dispatch table step=None reads (dispatch.json), suite.md and heatmaps")
+    p.add_argument("--overhead", action="store_true",
+                   help="only the host cost per call: torch, each backend's public call and the layers under it")
     return p.parse_args(argv)
 
 
@@ -59,6 +64,11 @@ def gpu_main(args) -> int:
         flush_check.run(out_dir)
         report.update_docs()
         return 0
+    if args.overhead:
+        from . import overhead
+
+        print(overhead.run(torch.Generator(device="cuda").manual_seed(0), env, out_dir))
+        return 0
 
     if args.backend in (None, "cuda") and any(rosetta.variants(op, "cuda") for op in ops):
         t0 = time.monotonic()
@@ -66,6 +76,16 @@ def gpu_main(args) -> int:
 
         cuda_build.load()
         print(f"CUDA extension ready in {time.monotonic() - t0:.1f} s", flush=True)
+
+    if args.suite:
+        from . import shape_suite
+
+        rows = shape_suite.run(ops, torch.Generator(device="cuda").manual_seed(0), limits,
+                               timing.Flush("read"), env, out_dir)
+        failed = sorted({r["label"] for r in rows if r["backend"] in rosetta.BACKENDS
+                         and (r["status"] == "wrong" or r["status"].startswith("error"))})
+        print(f"suite: {len(rows)} rows in {time.monotonic() - start:.0f} s" + (f"; FAILED: {failed}" if failed else ""))
+        return 1 if failed else 0
 
     groups = suite.plan(ops, args.quick)
     per_group = {g: [s for s in suite.subjects(g.op, args.backend, args.step, g.role, g.dtype) if suite.takes(s, g)]

@@ -36,7 +36,8 @@ class Group:
     direction: str
     dtype: torch.dtype
     shape: tuple
-    role: str  # "headline" (a ladder table), "layout" (other input layouts) or "sweep" (vs size)
+    role: str  # "headline" (a ladder table), "layout" (other input layouts), "sweep" (vs size) or
+    # "suite" (the shapes users bring: bench/shape_suite.py)
     layouts: tuple = ("",)  # the input layouts measured, in turns when more than one (see run_group)
 
 
@@ -108,6 +109,9 @@ def call_ms(fn) -> float:
     return start.elapsed_time(end)
 
 
+SUITE_SLOWER = 4.0  # in the suite, a call this many times the group's fastest one is not timed
+
+
 def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress: Progress, sha: str) -> list[dict]:
     """Every subject's rows on one set of inputs: one row per input layout of the group. The
     subjects and their layouts are timed in turns (timing.measure_in_turns), so their ratios see
@@ -135,6 +139,7 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     out_bytes = reference.numel() * group.dtype.itemsize  # one call's output
     budget = torch.cuda.mem_get_info()[0] // 4
     rows, turn = [], []  # turn: the (subject, row, launches) of right answers waiting to be timed
+    fastest = [math.inf]  # the group's quickest single call so far (the suite's slow-step cut)
 
     def time_turn():
         times = timing.measure_in_turns([launches for _, _, launches in turn], flush)
@@ -153,7 +158,7 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
                 time_turn()
             row = base_row(subject, group, dtype_name, sha)
             row["layout"] = name
-            launch = check(subject, group, d, x, reference, gate, row)
+            launch = check(subject, group, d, x, reference, gate, row, fastest)
             rows.append(row)
             if launch:  # right: the other placements are the same call into outputs of their own
                 more = [placement(subject, group, d, x)[0] for _ in range(PLACEMENTS - 1)]
@@ -169,10 +174,11 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     return rows
 
 
-def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict):
+def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, fastest: list | None = None):
     """The subject's launch on `inputs` (direction `d` of the group's op) when its answer is right
     and it is to be timed; else None, with the row's status saying why (refused, error, wrong, or
-    too slow for this shape)."""
+    too slow for this shape: at a headline, slower than the spec's slow_call_ms; in the suite,
+    SUITE_SLOWER times the group's fastest single call so far, `fastest[0]`, which it updates)."""
     tolerance = d.tolerance[group.dtype]
     try:
         launch, copied = placement(subject, group, d, inputs)
@@ -197,7 +203,11 @@ def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict):
         row["status"] = "wrong"
     elif group.role == "headline" and one_call > SPECS[group.op].slow_call_ms:
         row["status"] = f"slow: {one_call:.0f} ms a call, timed at smaller shapes"
+    elif group.role == "suite" and fastest and one_call > SUITE_SLOWER * fastest[0]:
+        row["status"] = f"slow: {one_call / fastest[0]:.0f}x the fastest call here, not timed"
     else:
+        if fastest:
+            fastest[0] = min(fastest[0], one_call)
         return launch
     return None
 

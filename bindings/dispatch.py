@@ -66,7 +66,9 @@ def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
         got = ", ".join(f"{n} on {t.device}" for n, t in zip(names, inputs))
         raise ValueError(f"{v.label}: all inputs must be on one device, got {got}")
     if device.type != "cuda" and not (v.backend == "triton" and interpreting()):
-        hint = " (or set TRITON_INTERPRET=1 to run Triton steps on the CPU)" if v.backend == "triton" else ""
+        hint = (" (or set TRITON_INTERPRET=1 to run Triton steps on the CPU)" if v.backend == "triton" else
+                "; without a GPU, run the Triton steps on the CPU instead: backend=\"triton\" with "
+                "TRITON_INTERPRET=1 set before triton is imported")
         raise ValueError(f"{v.label} needs CUDA tensors, got a tensor on {device}{hint}")
     over = exceeded(v, inputs)
     if over:

@@ -1,19 +1,21 @@
 """The one registry: every discovered step as a Variant, the public handle that runs it.
 
 Steps are found by bindings/steps.py; this module only adds the call paths (through dispatch) and
-the lookups: variants(), best(), select(). Tests, bench, line counts, ncu runs and KERNEL_LOG
+the lookups: variants(), best() / decide() / explain() (step=None's choice), select(). Tests, bench, line counts, ncu runs and KERNEL_LOG
 tables all iterate variants().
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from . import dispatch
+import torch
+
+from . import dispatch, dispatch_table
 from .ops import OPS
 from .steps import BACKENDS, REPO, Header, RegistryError, Step, all_steps
 
-__all__ = ["OPS", "BACKENDS", "REPO", "Header", "RegistryError", "Variant", "variants", "best",
-           "select", "ops_with_steps"]
+__all__ = ["OPS", "BACKENDS", "REPO", "Header", "RegistryError", "Variant", "Decision", "variants", "best",
+           "decide", "explain", "select", "ops_with_steps"]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -64,15 +66,37 @@ def ops_with_steps() -> list[str]:
     return [op for op in OPS if variants(op)]
 
 
-def best(op: str, backend: str, dtype=None, inputs: tuple = ()) -> Variant:
-    """The step used when step=None: the last (most optimized) one that takes `dtype` and, given
-    `inputs`, whose declared limits they fit (a TMA step passes an fp16 K of 33 to the last step
-    that takes it; with no step left, the last one that takes `dtype` says why it refuses).
-    A step with a declared hazard (a known way to go wrong) is run only when asked for by number."""
+@dataclass(frozen=True)
+class Decision:
+    """Which step step=None runs for some inputs, and why: `str()` is what rosetta.explain shows."""
+    variant: Variant
+    reason: str
+    alternatives: tuple = ()  # ((step, p50_ms, fits), ...) measured at the matched case
+
+    def __str__(self) -> str:
+        lines = [f"{self.variant.label}: {self.reason}"]
+        if self.alternatives:
+            fastest = self.alternatives[0][1]
+            lines.append("measured there (median of CUDA-graph replays, L2 flushed):")
+            for step, ms, fits in self.alternatives:
+                note = "" if fits else "  (its declared limits refuse these inputs)"
+                lines.append(f"  step {step:2d}  {ms * 1e3:10.1f} us  {ms / fastest:5.2f}x the fastest{note}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _ladder(op: str, backend: str) -> list[Variant]:
     ladder = variants(op, backend)
     if not ladder:
         raise ValueError(f"{op} has no {backend} steps yet")
-    ladder = [v for v in ladder if not v.hazard] or ladder
+    return [v for v in ladder if not v.hazard] or ladder
+
+
+def _last_fitting(op: str, backend: str, dtype, inputs: tuple) -> Variant:
+    """The rule without a table: the last (most optimized) step that takes `dtype` and whose
+    declared limits the inputs fit (with none left, the last one that takes `dtype` says why)."""
+    ladder = _ladder(op, backend)
     if dtype is None:
         return ladder[-1]
     taking = [v for v in ladder if dtype in v.dtypes]
@@ -81,6 +105,52 @@ def best(op: str, backend: str, dtype=None, inputs: tuple = ()) -> Variant:
                          f"{sorted({str(d) for v in ladder for d in v.dtypes})}")
     fitting = [v for v in taking if dispatch.fits(v, inputs)] if inputs else taking
     return (fitting or taking)[-1]
+
+
+def decide(op: str, backend: str, dtype=None, inputs: tuple = ()) -> Decision:
+    """step=None's choice: from this GPU's measured table (dispatch_table) when it has a case for
+    the op, backend and dtype, else the last step that takes the inputs. A step with a declared
+    hazard (a known way to go wrong) is run only when asked for by number."""
+    fallback = _last_fitting(op, backend, dtype, inputs)
+    tensors = bool(inputs) and all(isinstance(t, torch.Tensor) for t in inputs)
+    if not tensors or dtype is None:
+        return Decision(fallback, "the last step that takes the inputs (no inputs given to match "
+                                  "against the measured table)")
+    table = dispatch_table.for_device(inputs[0].device)
+    found = table.nearest(op, backend, dtype, inputs) if table else None
+    if found is None:
+        where = ("no measured table for this GPU" if table is None and inputs[0].is_cuda else
+                 "no table for CPU tensors" if table is None else
+                 f"the table of {table.gpu} has no {op}/{backend} {dtype} case")
+        return Decision(fallback, f"the last step that takes the inputs ({where}; "
+                                  f"`make bench-suite` measures one)")
+    entry, dist, same_layout = found
+    ladder = {v.step: v for v in _ladder(op, backend)}
+    alternatives = tuple((s, ms, s in ladder and dispatch.fits(ladder[s], inputs)) for s, ms in entry.ranking)
+    chosen = next((ladder[s] for s, _, fits in alternatives if fits), None)
+    shape = "x".join(map(str, entry.shape))
+    where = (f"fastest measured at {shape} (layout {entry.layout}"
+             + ("" if same_layout else f"; these inputs are {dispatch_table.layout_class(inputs)}, not measured")
+             + (", the same shape class)" if dist == 0 else f"), the nearest measured case: {dist:.1f} octaves away)")
+             + f" on {table.gpu}, run {table.git_sha}")
+    if chosen is None:
+        return Decision(fallback, f"the last step that takes the inputs: none of the steps {where} "
+                                  f"takes them", alternatives)
+    return Decision(chosen, where, alternatives)
+
+
+def best(op: str, backend: str, dtype=None, inputs: tuple = ()) -> Variant:
+    """The step used when step=None (decide() says why)."""
+    return decide(op, backend, dtype, inputs).variant
+
+
+def explain(op: str, *inputs, backend: str = "triton") -> Decision:
+    """Why rosetta.<op>(*inputs, backend=backend) runs the step it runs: the matched shape class
+    and the measured alternatives (print it)."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
+    dtype = getattr(inputs[0], "dtype", None) if inputs else None
+    return decide(op, backend, dtype, inputs)
 
 
 def select(op: str, backend: str, step: int | None, dtype=None, inputs: tuple = ()) -> Variant:

@@ -80,9 +80,10 @@ def on_tensors_device(fn):
     """Triton launches on the *current* device; the tensors may live on another (inputs on cuda:1
     while cuda:0 is current). The CUDA binding sets a device guard for the same reason."""
     def launch(*tensors, **overrides):
-        if tensors[0].device.type != "cuda":  # the interpreter, on CPU tensors
+        device = tensors[0].device
+        if device.type != "cuda" or device.index == torch.cuda.current_device():  # CPU: the interpreter
             return fn(*tensors, **overrides)
-        with torch.cuda.device(tensors[0].device):
+        with torch.cuda.device(device):
             return fn(*tensors, **overrides)
 
     return launch

@@ -6,7 +6,7 @@ import math
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from .spec import Direction, Headline, OpSpec, fits_layout, layout_copy
+from .spec import Direction, Headline, OpSpec, Suite, dtype_label, fits_layout, layout_copy
 
 FP32 = (torch.float32,)
 HALF = (torch.bfloat16, torch.float16)
@@ -105,6 +105,36 @@ def autograd_grads(step_ops, ctx, grad):
     return da, db
 
 
+# (K, N) of real model layers, y = x @ W for a batch of M tokens.
+LAYERS = (
+    (768, 3072),  # GPT-2 small, MLP up
+    (4096, 4096),  # Llama-3 8B, attention output
+    (4096, 14336),  # Llama-3 8B, MLP up / gate
+    (14336, 4096),  # Llama-3 8B, MLP down
+    (3584, 18944),  # Qwen2.5 7B, MLP up / gate
+    (8192, 28672),  # Llama-3 70B, MLP up / gate
+)
+TOKENS = (1, 4, 16, 64, 128, 256, 1024, 4096, 8192)  # one decode step ... a long prefill
+ODD = (
+    (7, 4096, 4096),  # a few tokens, not a power of two
+    (100, 4096, 14336),
+    (777, 1234, 2345),  # odd everywhere
+    (1009, 997, 1013),  # primes: no tile and no 16-byte row divides them
+    (300, 8192, 300),  # K-heavy: K >= 16 M and K >= 16 N, few output tiles
+    (64, 16384, 64),
+    (3000, 3000, 3000),
+)
+SUITE_MAX_FLOP = 1.2e12  # per case (~2 ms on cuBLAS): the suite fits one device call
+SUITE = Suite(
+    cases=tuple(
+        [((m, k, n), torch.bfloat16) for m in TOKENS for k, n in LAYERS if 2 * m * k * n <= SUITE_MAX_FLOP]
+        + [(s, torch.bfloat16) for s in ODD]
+        + [((m, k, n), torch.float16) for m in (1, 16, 128, 1024) for k, n in LAYERS[1:3]]
+        + [((m, 4096, 4096), torch.float32) for m in (1, 16, 128, 1024, 4096)]
+        + [(s, torch.float32) for s in ODD[2:]]),
+    rows=("M", lambda s, dtype: f"{dtype_label(dtype)} M={s[0]}"),
+    cols=("K x N", lambda s, dtype: f"{s[1]}x{s[2]}"))
+
 SPEC = OpSpec(
     name="matmul",
     position=4,
@@ -161,6 +191,8 @@ SPEC = OpSpec(
         (0, 16, 8),  # M = 0
     ),
     slow_call_ms=150.0,
+    problem=lambda a, b: (a.shape[0], a.shape[1], b.shape[1]),
+    suite=SUITE,
     bounds={"tma_unaligned": tma_unaligned, "tma_out_unaligned": tma_out_unaligned},
     input_layouts=INPUT_LAYOUTS,
     layout_headlines=(Headline((4096, 4096, 4096), HALF), Headline((8192, 8192, 8192), HALF)),

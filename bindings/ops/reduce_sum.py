@@ -1,7 +1,7 @@
 """reduce_sum: the sum of all elements as a 0-dim float32 tensor, accumulated in fp32."""
 import torch
 
-from .spec import ALL_FLOAT, Direction, Headline, OpSpec
+from .spec import ALL_FLOAT, Direction, Headline, OpSpec, Suite, dtype_label
 
 
 def make_inputs(shape, dtype, device, gen):
@@ -13,6 +13,12 @@ def positive_inputs(shape, dtype, device, gen):
     (randn's sum hides a skipped 0.1% inside the 1e-5 * sum|x| bound; this one does not)."""
     return (torch.rand(shape, generator=gen, dtype=torch.float32, device=device).add_(0.5).to(dtype),)
 
+
+# Sizes users bring: a few KB (launch-bound) to 4 GB of fp32, powers of two and odd ones.
+SUITE_SIZES = (2**10, 10_007, 2**14, 2**18, 1_000_003, 2**22, 12_345_679, 2**26, 2**28, 2**30)
+SUITE = Suite(cases=tuple(((n,), d) for d in (torch.float32, torch.bfloat16) for n in SUITE_SIZES),
+              rows=("dtype", lambda shape, dtype: dtype_label(dtype)),
+              cols=("elements", lambda shape, dtype: f"{shape[0]:,}"))
 
 SPEC = OpSpec(
     name="reduce_sum",
@@ -36,6 +42,8 @@ SPEC = OpSpec(
     headlines=(Headline((2**28,), ALL_FLOAT),),
     sweep=tuple((2**k,) for k in range(12, 29, 4)),
     sweep_dtype=torch.float32,
+    problem=lambda x, *rest: (x.numel(),),
+    suite=SUITE,
     test_shapes=(
         (0,),  # empty: 0.0 without launching an empty grid
         (1,),  # a single element through every pass

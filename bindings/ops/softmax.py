@@ -2,7 +2,7 @@
 the backward is dx = y * (dy - sum(y * dy)) per row, run by the same step's backward kernel."""
 import torch
 
-from .spec import Direction, Headline, OpSpec, SweepAxis
+from .spec import Direction, Headline, OpSpec, Suite, SweepAxis, dtype_label
 
 SWEEP_NUMEL = 2**26  # elements in every shape of the row-length sweep: 256 MB of fp32
 
@@ -68,6 +68,16 @@ def autograd_grads(step_ops, ctx, grad):
     (y,) = ctx.saved_tensors
     return step_ops.backward(y, grad.to(y.dtype))
 
+
+# Rows users bring: one row (a single decode step) to 32,768 (a long batch of tokens) x row
+# lengths from attention rows (128, 1,000, 4,096) to vocabularies (32,000; GPT-2's 50,257;
+# 131,072) and a 1 MB fp32 row; at most 2^28 elements (1 GB of fp32).
+SUITE_ROWS = (1, 8, 64, 512, 4096, 32768)
+SUITE_COLS = (128, 1000, 4096, 32000, 50257, 131072, 262144)
+SUITE = Suite(cases=tuple(((r, c), d) for d in (torch.float32, torch.bfloat16) for r in SUITE_ROWS
+                          for c in SUITE_COLS if r * c <= 2**28),
+              rows=("rows", lambda shape, dtype: f"{dtype_label(dtype)} x {shape[0]:,}"),
+              cols=("row length", lambda shape, dtype: f"{shape[1]:,}"))
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
@@ -155,6 +165,8 @@ SPEC = OpSpec(
         (0, 5),  # zero rows
     ),
     bounds={"cols": lambda x, *rest: x.shape[-1]},
+    problem=lambda x, *rest: (x.numel() // max(x.shape[-1], 1), x.shape[-1]),
+    suite=SUITE,
     peers=("liger",),
     ceiling="dram_copy",
 )

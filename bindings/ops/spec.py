@@ -18,6 +18,10 @@ LAYOUTS = ("contiguous", "rows", "rows_or_cols", "any")
 ERROR_BLOCK_ELEMENTS = 2**24  # elements per block of rows when the error is measured in blocks
 
 
+def dtype_label(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def fits_layout(t: torch.Tensor, layout: str) -> bool:
     """True when the kernel can take t's strides as they are (else the dispatcher copies it)."""
     if layout == "any" or t.numel() <= 1:
@@ -125,6 +129,17 @@ class SweepAxis:
 
 
 @dataclass(frozen=True)
+class Suite:
+    """The shapes users bring, small and odd ones included: every step that takes a case is timed
+    on it beside torch, the fastest of each backend goes into the dispatch table (step=None), and
+    the dispatched call is timed again as an eager call. One heatmap per op and backend: `rows`
+    and `cols` name its axes and give each case's label on them."""
+    cases: tuple[tuple[Shape, torch.dtype], ...]
+    rows: tuple[str, Callable]  # (axis name, (shape, dtype) -> label) of the heatmap's rows
+    cols: tuple[str, Callable]  # (axis name, (shape, dtype) -> label) of its columns
+
+
+@dataclass(frozen=True)
 class OpSpec:
     name: str
     position: int  # where the op stands in rosetta.OPS (teaching order)
@@ -160,6 +175,13 @@ class OpSpec:
     layout_headlines: tuple[Headline, ...] = ()
     # The sweep plot's x-axis; None: the elements of each shape (numel; M x K x N for matmul)
     sweep_axis: SweepAxis | None = None
+    # (*forward inputs) -> the problem's shape as the shapes above write it (softmax: rows, cols;
+    # matmul: M, K, N): what the dispatch table matches a call against. None: the first input's.
+    problem: Callable | None = None
+    suite: Suite | None = None  # the shapes users bring (bench --suite): what step=None is chosen from
+
+    def problem_shape(self, *inputs) -> Shape:
+        return tuple(self.problem(*inputs)) if self.problem else tuple(inputs[0].shape)
 
     def directions(self) -> dict[str, Direction]:
         return {"forward": self.forward, **({"backward": self.backward} if self.backward else {})}

@@ -1,7 +1,7 @@
 """vector_add: out = x + y, elementwise, same shape and dtype."""
 import torch
 
-from .spec import ALL_FLOAT, Direction, Headline, OpSpec
+from .spec import ALL_FLOAT, Direction, Headline, OpSpec, Suite, dtype_label
 
 
 def check_shapes(label, x, y):
@@ -20,6 +20,12 @@ def reference(x, y):
     # that adds in fp32 and rounds once must match it bit for bit, so the gate compares exactly.
     return (x.float() + y.float()).to(x.dtype).double()
 
+
+# Sizes users bring: a few KB (launch-bound) to 4 GB of fp32, powers of two and odd ones.
+SUITE_SIZES = (2**10, 10_007, 2**14, 2**18, 1_000_003, 2**22, 12_345_679, 2**26, 2**28, 2**30)
+SUITE = Suite(cases=tuple(((n,), d) for d in (torch.float32, torch.bfloat16) for n in SUITE_SIZES),
+              rows=("dtype", lambda shape, dtype: dtype_label(dtype)),
+              cols=("elements", lambda shape, dtype: f"{shape[0]:,}"))
 
 SPEC = OpSpec(
     name="vector_add",
@@ -41,6 +47,8 @@ SPEC = OpSpec(
     headlines=(Headline((2**28,), ALL_FLOAT),),
     sweep=tuple((2**k,) for k in range(12, 29, 4)),
     sweep_dtype=torch.float32,
+    problem=lambda x, *rest: (x.numel(),),
+    suite=SUITE,
     test_shapes=(
         (1,),  # one element, one partial vector
         (17,),  # prime: scalar tail only, no full 16-byte vector for fp16/bf16 (8 per vector)

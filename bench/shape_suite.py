@@ -1,0 +1,132 @@
+"""The shape suite (`python -m rosetta.bench --suite`): the shapes users bring, every step on each.
+
+Per case of an op spec's `suite` (forward): torch eager (the vendor library: cuBLAS, torch's own
+kernels) and every step of both backends that takes the dtype are checked against fp64 and timed
+as CUDA-graph replays in turns (bench.suite.run_group, the ladder tables' method; a step whose
+single call is 4x the fastest one's is not timed). The fastest right step of each backend per case
+becomes the dispatch table (results/<gpu>/dispatch.json, read by step=None). Then, with that table
+in force, each case is timed again as a user calls it: torch's own call and rosetta.<op>(...,
+backend=b) in an eager loop (allocation, checks, dispatch, launch; no flush), so that host cost
+shows wherever it outweighs the kernel. suite_report turns the rows into the summary and heatmaps.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+import rosetta
+from rosetta import dispatch_table
+from rosetta.ops import SPECS
+
+from . import results, suite, suite_report
+from .tiers import tiers
+
+EAGER_MIN_MS = 20.0  # an eager loop runs at least this long
+EAGER_MAX_CALLS = 2000
+
+
+def plan(ops) -> list[suite.Group]:
+    return [suite.Group(op, "forward", dtype, shape, "suite")
+            for op in ops if SPECS[op].suite for shape, dtype in SPECS[op].suite.cases]
+
+
+def subjects(op: str, dtype) -> list:
+    """torch eager, then every step of each backend that takes dtype (a step with a declared
+    hazard is left out: step=None never runs it)."""
+    eager = [t for t in tiers(op) if t.name == "eager"]
+    return eager + [v for v in rosetta.variants(op) if dtype in v.dtypes and not v.hazard]
+
+
+def table_entries(rows: list[dict]) -> list[dispatch_table.Entry]:
+    """Per case and backend: the steps that were right and timed, fastest first."""
+    entries = []
+    cases = {(r["op"], r["dtype"], r["shape"]) for r in rows if r["role"] == "suite"}
+    for op, dtype, shape in sorted(cases, key=lambda c: (c[0], c[1], results.shape_of(c[2]))):
+        dims = results.shape_of(shape)
+        for backend in rosetta.BACKENDS:
+            timed = sorted((r["p50_ms"], r["step"]) for r in rows
+                           if (r["op"], r["dtype"], r["shape"], r["backend"]) == (op, dtype, shape, backend)
+                           and r["role"] == "suite" and r["status"] == "ok")
+            if timed:
+                entries.append(dispatch_table.Entry(op, backend, dtype, dims, suite_layout(op, dims, dtype),
+                                                    tuple((step, ms) for ms, step in timed)))
+    return entries
+
+
+def suite_layout(op: str, shape: tuple, dtype: str) -> str:
+    """The layout class of the inputs make_inputs gives for a suite case (fresh, contiguous), read
+    off meta tensors of the same shapes (no memory; their address reads as 0, as aligned as torch's
+    own allocations)."""
+    return dispatch_table.layout_class(SPECS[op].forward.make_inputs(shape, getattr(torch, dtype), "meta", None))
+
+
+def eager_ms(fn) -> float:
+    """Wall time per call of fn in a loop, synchronised once at the end: what a user's loop sees,
+    host cost and kernel together (the GPU queue overlaps them)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = (time.perf_counter() - start) * 1e3
+    calls = int(min(EAGER_MAX_CALLS, max(10, EAGER_MIN_MS / max(one, 1e-3))))
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3 / calls
+
+
+def eager_rows(group: suite.Group, gen, sha: str) -> list[dict]:
+    """torch's call and each backend's public call (step=None, the table in force), eager."""
+    d = SPECS[group.op].forward
+    inputs = d.make_inputs(group.shape, group.dtype, "cuda", gen)
+    public = getattr(rosetta, group.op)
+    calls = [("torch", 0, lambda: d.torch_expr(*inputs))]
+    for backend in rosetta.BACKENDS:
+        try:
+            step = rosetta.best(group.op, backend, group.dtype, inputs).step
+        except ValueError:  # no step of this backend takes the dtype
+            continue
+        calls.append((backend, step, lambda b=backend: public(*inputs, backend=b)))
+    rows = []
+    for backend, step, fn in calls:
+        row = dict.fromkeys(results.COLUMNS)
+        row.update(op=group.op, direction="forward", backend=backend, step=step, name="call",
+                   label=f"{group.op}/{backend}/call", dtype=str(group.dtype).removeprefix("torch."),
+                   shape=suite.shape_str(group.shape), role="suite-eager", layout="", git_sha=sha,
+                   metric=SPECS[group.op].metric, timing="eager calls (wall clock, no flush)")
+        try:
+            row.update(status="ok", p50_ms=eager_ms(fn))
+        except Exception as exc:  # reported in the table, not fatal to the suite
+            row.update(status=f"error: {type(exc).__name__}: {exc}".splitlines()[0][:200])
+        rows.append(row)
+    return rows
+
+
+def run(ops, gen, limits, flush, env: dict, out_dir) -> list[dict]:
+    groups = plan(ops)
+    per_group = {g: [s for s in subjects(g.op, g.dtype) if suite.takes(s, g)] for g in groups}
+    progress = suite.Progress(sum(len(s) for s in per_group.values()))
+    rows = []
+    for group, subs in per_group.items():
+        rows += suite.run_group(group, subs, gen, limits, flush, progress, env["git_sha"])
+        torch.cuda.empty_cache()
+    previous = dispatch_table.read(out_dir / dispatch_table.TABLE_NAME)
+    kept = [e for e in (previous.entries if previous else ()) if e.op not in ops]  # other ops' cases
+    dispatch_table.write(out_dir / dispatch_table.TABLE_NAME, env["gpu"], env["git_sha"],
+                         kept + table_entries(rows))
+    dispatch_table.forget()
+    rosetta.calls.forget()  # choices cached under the old table
+    print(f"wrote {dispatch_table.TABLE_NAME}; timing the public calls eagerly", flush=True)
+    for group in groups:
+        rows += eager_rows(group, gen, env["git_sha"])
+        torch.cuda.empty_cache()
+    path = out_dir / "suite.csv"
+    earlier = [r for r in results.read_rows(path) if r["op"] not in ops]
+    all_rows = results.write_rows(path, earlier + rows, replace_all=True)
+    suite_report.write(out_dir, all_rows)
+    print(suite_report.summary_table(all_rows, dispatch_table.read(out_dir / dispatch_table.TABLE_NAME)))
+    return rows

@@ -1,0 +1,162 @@
+"""step=None's measured dispatch (the table, its lookup, explain), the shape suite's summary made
+from recorded rows, and the public call's signature cache. CPU: Triton steps under the interpreter."""
+import math
+
+import pytest
+import torch
+
+import rosetta
+from rosetta import calls, dispatch_table
+from rosetta.bench import shape_suite, suite_report
+from rosetta.dispatch_table import Entry, Table
+
+
+def softmax_table(ranking_small, ranking_long):
+    """A table with one short-row and one long-row case for softmax/triton fp32."""
+    return Table("Test GPU", "abc123", (
+        Entry("softmax", "triton", "float32", (64, 1000), "ra", ranking_small),
+        Entry("softmax", "triton", "float32", (64, 131072), "ra", ranking_long)))
+
+
+@pytest.fixture
+def table(monkeypatch):
+    """Make decide() read `softmax_table` for any device (CPU tensors included)."""
+    def use(t):
+        monkeypatch.setattr(dispatch_table, "for_device", lambda device: t)
+        calls.forget()
+    yield use
+    calls.forget()
+
+
+def test_table_round_trip(tmp_path):
+    t = softmax_table(((2, 0.01), (3, 0.02)), ((4, 0.5),))
+    dispatch_table.write(tmp_path / "d.json", t.gpu, t.git_sha, list(t.entries))
+    assert dispatch_table.read(tmp_path / "d.json") == t
+    assert dispatch_table.read(tmp_path / "missing.json") is None
+
+
+def test_nearest_case_in_log2_space():
+    t = softmax_table(((2, 0.01),), ((4, 0.5),))
+    x = torch.randn(100, 1500)  # between the cases, nearer the short rows in log2 of each dimension
+    entry, dist, same = t.nearest("softmax", "triton", torch.float32, (x,))
+    assert entry.shape == (64, 1000) and same and dist == pytest.approx(math.log2(100 / 64) + math.log2(1.5))
+    assert t.nearest("softmax", "triton", torch.float32, (torch.randn(3, 100_000),))[0].shape == (64, 131072)
+    assert t.nearest("softmax", "cuda", torch.float32, (x,)) is None  # nothing measured for cuda
+    assert t.nearest("softmax", "triton", torch.float16, (x.half(),)) is None
+
+
+def test_layout_class():
+    a = torch.randn(8, 16)
+    assert dispatch_table.layout_class((a,)) == "ra"
+    assert dispatch_table.layout_class((a.t(),)) == "ca"
+    assert dispatch_table.layout_class((torch.randn(8, 7),)) == "ru"  # 28-byte rows
+    assert dispatch_table.layout_class((a[:, 1:],)) == "ru"  # starts 4 bytes in
+    assert dispatch_table.layout_class((torch.randn(100),)) == "ra"
+
+
+def test_decide_takes_the_measured_fastest(table):
+    table(softmax_table(((2, 0.010), (4, 0.011), (3, 0.02)), ((4, 0.5), (2, 0.9))))
+    x = torch.randn(64, 1000)
+    d = rosetta.decide("softmax", "triton", torch.float32, (x,))
+    assert d.variant.step == 2
+    text = str(rosetta.explain("softmax", x))
+    assert "softmax/triton/02_online" in text and "64x1000" in text and "Test GPU" in text
+    assert "step  4" in text and "1.10x the fastest" in text
+    assert rosetta.decide("softmax", "triton", torch.float32, (torch.randn(9, 200_000),)).variant.step == 4
+
+
+def test_decide_skips_a_ranked_step_whose_limits_refuse(table):
+    # Triton softmax step 1 declares `Max: cols <= 32768`: at 40,000 the next ranked step runs
+    table(softmax_table(((1, 0.01), (3, 0.02)), ((1, 0.01), (3, 0.02))))
+    assert rosetta.decide("softmax", "triton", torch.float32, (torch.randn(4, 1000),)).variant.step == 1
+    d = rosetta.decide("softmax", "triton", torch.float32, (torch.randn(4, 40_000),))
+    assert d.variant.step == 3 and "limits refuse" in str(d)
+
+
+def test_no_table_falls_back_to_the_last_step_and_says_so():
+    d = rosetta.explain("softmax", torch.randn(4, 5))
+    assert d.variant == rosetta.variants("softmax", "triton")[-1]
+    assert "last step that takes the inputs" in str(d) and "bench-suite" in str(d)
+
+
+def test_public_call_follows_the_table(table):
+    x = torch.randn(64, 1000)
+    table(softmax_table(((2, 0.01),), ((2, 0.01),)))
+    torch.testing.assert_close(rosetta.softmax(x), torch.softmax(x, -1))
+    assert len([k for k in calls._PREPARED if k[0] == "softmax"]) == 1
+    rosetta.softmax(x)  # the same signature: no new entry
+    assert len([k for k in calls._PREPARED if k[0] == "softmax"]) == 1
+    rosetta.softmax(x[:, :999])  # new strides and shape: a new signature
+    assert len([k for k in calls._PREPARED if k[0] == "softmax"]) == 2
+
+
+def test_bad_inputs_are_refused_every_time():
+    for _ in range(2):  # nothing is cached for a call that failed its checks
+        with pytest.raises(ValueError, match="inner dimensions"):
+            rosetta.matmul(torch.randn(3, 4), torch.randn(5, 6))
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        rosetta.softmax(torch.randn(3, 4), backend="cuda")
+
+
+@pytest.mark.parametrize("op, make", [
+    ("softmax", lambda: (torch.randn(5, 33, dtype=torch.float64).float(),)),
+    ("matmul", lambda: (torch.randn(5, 7), torch.randn(7, 3))),
+])
+def test_public_call_gradients_match_torch(op, make):
+    """requires_grad takes the eager autograd.Function around the same step's kernels."""
+    inputs = tuple(t.requires_grad_() for t in make())
+    ref_inputs = tuple(t.detach().clone().requires_grad_() for t in inputs)
+    out = getattr(rosetta, op)(*inputs)
+    ref = torch.softmax(*ref_inputs, -1) if op == "softmax" else ref_inputs[0] @ ref_inputs[1]
+    weights = torch.randn(out.shape)
+    (out * weights).sum().backward()
+    (ref * weights).sum().backward()
+    for mine, theirs in zip(inputs, ref_inputs):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+
+
+def suite_rows():
+    """Recorded rows of two softmax cases: torch and two Triton steps timed, the eager calls."""
+    rows = []
+
+    def row(shape, backend, step, ms, role="suite", status="ok"):
+        rows.append({"op": "softmax", "dtype": "float32", "shape": shape, "backend": backend, "step": step,
+                     "p50_ms": ms, "role": role, "status": status})
+    for shape, torch_ms, (s2, s4), calls_ in (("64x1000", 0.010, (0.008, 0.012), (0.015, 0.012)),
+                                              ("4096x4096", 0.100, (0.110, 0.090), (0.101, 0.091))):
+        row(shape, "torch", 0, torch_ms)
+        row(shape, "triton", 2, s2)
+        row(shape, "triton", 4, s4)
+        row(shape, "triton", 1, None, status="slow: 5x the fastest call here, not timed")
+        row(shape, "torch", 0, calls_[0], role="suite-eager")
+        row(shape, "triton", 2 if s2 < s4 else 4, calls_[1], role="suite-eager")
+    return rows
+
+
+def test_table_entries_rank_the_timed_steps():
+    entries = shape_suite.table_entries(suite_rows())
+    assert [(e.shape, e.ranking) for e in entries] == [
+        ((64, 1000), ((2, 0.008), (4, 0.012))), ((4096, 4096), ((4, 0.090), (2, 0.110)))]
+    assert all(e.layout == "ra" for e in entries)
+
+
+def test_suite_summary_and_heatmap(tmp_path):
+    rows = suite_rows()
+    records = suite_report.per_case(rows, "softmax", "triton")
+    assert [(r["step"], r["fastest"]) for r in records] == [(2, 2), (4, 4)]
+    s = suite_report.stats(records)
+    assert s["graph_geomean"] == pytest.approx(math.sqrt(0.010 / 0.008 * 0.100 / 0.090))
+    assert s["worst"]["shape"] == "4096x4096" and s["dispatch_within"] == 2
+    assert s["eager_slow_cases"] == 1 and s["eager_slow_geomean"] == pytest.approx(0.101 / 0.091)
+    text = suite_report.summary_table(rows)
+    assert "| softmax | triton | 2 |" in text
+    path = suite_report.write(tmp_path, rows)
+    assert "## softmax" in path.read_text() and (tmp_path / "plots" / "suite_softmax.png").stat().st_size > 0
+
+
+def test_every_op_has_a_suite_with_odd_shapes():
+    from rosetta.ops import SPECS
+    for op, spec in SPECS.items():
+        shapes = [s for s, _ in spec.suite.cases]
+        assert len(shapes) >= 10, op
+        assert any(any(d % 2 for d in s) for s in shapes), f"{op}: no odd size in its suite"
