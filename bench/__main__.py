@@ -88,7 +88,8 @@ def gpu_main(args) -> int:
         return 1 if failed else 0
 
     groups = suite.plan(ops, args.quick)
-    per_group = {g: [s for s in suite.subjects(g.op, args.backend, args.step, g.role, g.dtype) if suite.takes(s, g)]
+    per_group = {g: [s for s in suite.subjects(g.op, args.backend, args.step, g.role, g.dtype, g.shape)
+                     if suite.takes(s, g)]
                  for g in groups}
     progress = suite.Progress(sum(len(subs) * len(g.layouts) for g, subs in per_group.items()))
     gen = torch.Generator(device="cuda")

@@ -24,7 +24,7 @@ def step_block(v, rows, ncu_rows, run_sha: str | None = None) -> str:
     dtypes = ", ".join(str(d).removeprefix("torch.") for d in v.dtypes)
     text = [f"- **Changed:** {h.changed}", f"- **Why:** {h.why}", f"- **Still:** {h.still}",
             f"- **Limits:** {h.limits}", f"- **Takes:** {dtypes}; layout `{v.layout}`"
-            + (f"; {', '.join(f'{q} <= {m:,}' for q, m in v.bounds)}" if v.bounds else "")]
+            + "".join(f"; {q} <= {m:,}" for q, m in v.bounds) + "".join(f"; {q} >= {m:,}" for q, m in v.minimums)]
     if h.roofline:
         text.append(f"- **Roofline:** {h.roofline}")
     if h.mirrors:

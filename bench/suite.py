@@ -61,9 +61,10 @@ def plan(ops, quick: bool) -> list[Group]:
     return headlines + layouts + sweeps  # every ladder table first: the sweeps only add points to plots
 
 
-def subjects(op, backend=None, step=None, role="headline", dtype=None) -> list:
-    """Tiers, then the steps (all of them at a headline; the best of each backend in a sweep and
-    in another input layout, where the only tier is the library's: torch eager)."""
+def subjects(op, backend=None, step=None, role="headline", dtype=None, shape=None) -> list:
+    """Tiers, then the steps (all of them at a headline; in a sweep and in another input layout,
+    where the only tier is the library's, torch eager, the step step=None runs for `shape` on
+    this GPU, chosen on stand-in inputs of that shape)."""
     found = [] if backend not in (None, "torch") else tiers(op)
     if role == "layout":
         found = [t for t in found if t.name == "eager"]
@@ -71,7 +72,9 @@ def subjects(op, backend=None, step=None, role="headline", dtype=None) -> list:
         for b in ([backend] if backend else rosetta.BACKENDS):
             ladder = rosetta.variants(op, b)
             if role in ("sweep", "layout") and step is None and ladder:
-                ladder = [rosetta.best(op, b, dtype)] if any(dtype in v.dtypes for v in ladder) else []
+                stand_ins = SPECS[op].forward.make_inputs(shape, dtype, "meta", None) if shape else ()
+                ladder = ([rosetta.decide(op, b, dtype, stand_ins, device=torch.device("cuda")).variant]
+                          if any(dtype in v.dtypes for v in ladder) else [])
             found += [v for v in ladder if step is None or v.step == step]
     return found
 

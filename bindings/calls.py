@@ -50,7 +50,22 @@ def forget() -> None:
 def registered_call(op: str, backend: str, step: int | None, inputs: tuple):
     """The path tracing sees: choose, check, then the step's registered torch op."""
     dtype = getattr(inputs[0], "dtype", None) if inputs else None
+    if step is None and torch.compiler.is_compiling() and all(isinstance(t, torch.Tensor) for t in inputs):
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+        step = traced_choice(op, backend, dtype, tuple(tuple(t.shape) for t in inputs),
+                             tuple(t.stride() for t in inputs), str(inputs[0].device), grad)
     return dispatch.run(registry.select(op, backend, step, dtype, inputs), "forward", inputs)
+
+
+@torch._dynamo.assume_constant_result
+def traced_choice(op: str, backend: str, dtype, shapes: tuple, strides: tuple, device: str, grad: bool) -> int:
+    """step=None's choice while torch.compile traces, made as in eager (the measured table) but
+    from shapes and strides alone: traced tensors have no data, so the choice is made on empty
+    meta tensors of the same layout, whose addresses read as aligned (the chosen step's own checks
+    judge the real ones at run time). Dynamo runs this once per trace and keeps the step number."""
+    metas = tuple(torch.empty_strided(s, st, dtype=dtype, device="meta").requires_grad_(grad)
+                  for s, st in zip(shapes, strides))
+    return registry.decide(op, backend, dtype, metas, device=torch.device(device)).variant.step
 
 
 def prepare(op: str, backend: str, step: int | None, inputs: tuple, grad: bool):

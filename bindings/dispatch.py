@@ -24,23 +24,41 @@ def steps_taking(step: Step, dtype) -> str:
     return f"{step.op}/{step.backend} steps {', '.join(map(str, numbers))} do"
 
 
-def exceeded(v: Step, inputs: tuple) -> list[tuple[str, int, int]]:
-    """(quantity, limit, value) of every bound in the step's `Max:` line that the inputs pass."""
+def exceeded(v: Step, inputs: tuple) -> list[tuple[str, str, int, int]]:
+    """(quantity, relation, limit, value) of every bound in the step's `Max:` / `Min:` lines that
+    the inputs break."""
     bounds = SPECS[v.op].bounds
-    return [(q, limit, value) for q, limit in v.bounds if (value := bounds[q](*inputs)) > limit]
+    return ([(q, "<=", limit, value) for q, limit in v.bounds if (value := bounds[q](*inputs)) > limit]
+            + [(q, ">=", limit, value) for q, limit in v.minimums if (value := bounds[q](*inputs)) < limit])
+
+
+def _takes(s: Step, quantity: str, value: int) -> bool:
+    return not any(q == quantity and value > m for q, m in s.bounds) \
+        and not any(q == quantity and value < m for q, m in s.minimums)
+
+
+def bounded(v: Step, inputs: tuple) -> list[tuple[str, str, int, int, str]]:
+    """exceeded() of the inputs, and with a gradient to take also of the backward's inputs as the
+    forward's shape them (its kernels must take them too), each marked with its direction."""
+    found = [(*b, "") for b in exceeded(v, inputs)]
+    spec = SPECS[v.op]
+    if spec.backward_inputs and torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        found += [(*b, " in its backward") for b in exceeded(v, spec.backward_inputs(*inputs))]
+    return found
 
 
 def fits(v: Step, inputs: tuple) -> bool:
-    """False only when well-formed inputs pass one of v's declared limits (its `Max:` line):
-    how step=None skips a step that cannot take them. Malformed inputs count as fitting, so the
-    chosen step's own checks refuse them with their message."""
+    """False only when well-formed inputs pass one of v's declared limits (its `Max:` / `Min:`
+    lines, the backward's too when a gradient will be taken): how step=None skips a step that
+    cannot take them. Malformed inputs count as fitting, so the chosen step's own checks refuse
+    them with their message."""
     if not all(isinstance(t, torch.Tensor) for t in inputs) or inputs[0].dtype not in v.dtypes:
         return True
     try:
         SPECS[v.op].check_shapes(v.label, *inputs)
     except ValueError:
         return True
-    return not exceeded(v, inputs)
+    return not bounded(v, inputs)
 
 
 def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
@@ -70,13 +88,13 @@ def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
                 "; without a GPU, run the Triton steps on the CPU instead: backend=\"triton\" with "
                 "TRITON_INTERPRET=1 set before triton is imported")
         raise ValueError(f"{v.label} needs CUDA tensors, got a tensor on {device}{hint}")
-    over = exceeded(v, inputs)
+    over = bounded(v, inputs) if direction == "forward" else [(*b, "") for b in exceeded(v, inputs)]
     if over:
-        quantity, limit, value = over[0]
+        quantity, relation, limit, value, where = over[0]
         others = [s.step for s in all_steps() if s.op == v.op and s.backend == v.backend
-                  and dtype in s.dtypes and not any(q == quantity and value > m for q, m in s.bounds)]
+                  and dtype in s.dtypes and _takes(s, quantity, value)]
         what = " ".join((spec.bounds[quantity].__doc__ or "").split()).split(".")[0]
-        raise ValueError(f"{v.label} takes {quantity} <= {limit}, got {quantity} = {value}"
+        raise ValueError(f"{v.label} takes {quantity} {relation} {limit}{where}, got {quantity} = {value}"
                          + (f" ({what})" if what else "")
                          + f"; {v.op}/{v.backend} steps {', '.join(map(str, others))} take it")
 

@@ -107,19 +107,21 @@ def _last_fitting(op: str, backend: str, dtype, inputs: tuple) -> Variant:
     return (fitting or taking)[-1]
 
 
-def decide(op: str, backend: str, dtype=None, inputs: tuple = ()) -> Decision:
+def decide(op: str, backend: str, dtype=None, inputs: tuple = (), device=None) -> Decision:
     """step=None's choice: from this GPU's measured table (dispatch_table) when it has a case for
     the op, backend and dtype, else the last step that takes the inputs. A step with a declared
-    hazard (a known way to go wrong) is run only when asked for by number."""
+    hazard (a known way to go wrong) is run only when asked for by number. `device`: where the
+    inputs will run, when they are stand-ins (torch.compile's choice on meta tensors)."""
     fallback = _last_fitting(op, backend, dtype, inputs)
     tensors = bool(inputs) and all(isinstance(t, torch.Tensor) for t in inputs)
     if not tensors or dtype is None:
         return Decision(fallback, "the last step that takes the inputs (no inputs given to match "
                                   "against the measured table)")
-    table = dispatch_table.for_device(inputs[0].device)
+    device = device or inputs[0].device
+    table = dispatch_table.for_device(device)
     found = table.nearest(op, backend, dtype, inputs) if table else None
     if found is None:
-        where = ("no measured table for this GPU" if table is None and inputs[0].is_cuda else
+        where = ("no measured table for this GPU" if table is None and device.type == "cuda" else
                  "no table for CPU tensors" if table is None else
                  f"the table of {table.gpu} has no {op}/{backend} {dtype} case")
         return Decision(fallback, f"the last step that takes the inputs ({where}; "

@@ -1,7 +1,7 @@
 """Step discovery: every file `<backend-dir>/<op>/<NN>_<name>.<cu|py>` is a Step record.
 
 Nothing here is a hand-kept list. A step's header (Step/Changed/Why/Still/Limits, and optionally
-Roofline/Dtypes/Layout/Max/Mirrors/Hazard) is parsed from the file's leading comment or docstring: what a step
+Roofline/Dtypes/Layout/Max/Min/Mirrors/Hazard) is parsed from the file's leading comment or docstring: what a step
 takes is declared once, in its own file. Steps are plain records; running one is dispatch's job.
 """
 from __future__ import annotations
@@ -30,8 +30,9 @@ SUFFIXES = {"cuda": ".cu", "triton": ".py"}
 STEP_FILE = re.compile(r"^(?P<num>\d\d)_(?P<name>[a-z0-9_]+)$")
 STEP_TITLE = re.compile(r"^Step\s+(?P<num>\d+)\s*[—-]+\s*(?P<title>.+)$")
 REQUIRED_FIELDS = ("Changed", "Why", "Still", "Limits")
-OPTIONAL_FIELDS = ("Roofline", "Dtypes", "Layout", "Max", "Mirrors", "Hazard")
-BOUND = re.compile(r"^(?P<quantity>\w+)\s*<=\s*(?P<limit>[\d_,]+)$")
+OPTIONAL_FIELDS = ("Roofline", "Dtypes", "Layout", "Max", "Min", "Mirrors", "Hazard")
+BOUNDS = {"Max": ("<=", re.compile(r"^(?P<quantity>\w+)\s*<=\s*(?P<limit>[\d_,]+)$")),
+          "Min": (">=", re.compile(r"^(?P<quantity>\w+)\s*>=\s*(?P<limit>[\d_,]+)$"))}
 
 
 class RegistryError(RuntimeError):
@@ -61,6 +62,9 @@ class Step:
     bounds: tuple  # ((quantity, max), ...) from its `Max:` line, checked before launch
     header: Header
     hazard: str = ""  # its `Hazard:` line: a known way it goes wrong, so step=None passes it over
+    # ((quantity, min), ...) from its `Min:` line: a step meant for long rows says where it starts
+    # (the shapes below are another step's business: the dispatcher's, never this step's)
+    minimums: tuple = ()
 
     @property
     def qualname(self) -> str:
@@ -129,14 +133,15 @@ def _dtypes(path, text: str | None, default: tuple) -> tuple:
     return tuple(found)
 
 
-def _bounds(path, text: str | None, spec) -> tuple:
+def _bounds(path, text: str | None, spec, field: str = "Max") -> tuple:
     if not text:
         return ()
+    relation, pattern = BOUNDS[field]
     bounds = []
     for part in text.split(";"):
-        match = BOUND.match(part.strip())
+        match = pattern.match(part.strip())
         if not match or match["quantity"] not in spec.bounds:
-            raise RegistryError(f"{path}: Max must read '<quantity> <= <number>' with a quantity of "
+            raise RegistryError(f"{path}: {field} must read '<quantity> {relation} <number>' with a quantity of "
                                 f"{sorted(spec.bounds)}, got {part.strip()!r}")
         bounds.append((match["quantity"], int(match["limit"].replace(",", "").replace("_", ""))))
     return tuple(bounds)
@@ -187,5 +192,6 @@ def discover() -> tuple[Step, ...]:
                                   source=str(path.relative_to(REPO)),
                                   dtypes=_dtypes(path, fields.get("Dtypes"), spec.dtypes),
                                   layout=layout, bounds=_bounds(path, fields.get("Max"), spec),
-                                  header=header, hazard=fields.get("Hazard", "")))
+                                  header=header, hazard=fields.get("Hazard", ""),
+                                  minimums=_bounds(path, fields.get("Min"), spec, "Min")))
     return tuple(found)

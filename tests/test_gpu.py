@@ -102,13 +102,39 @@ def test_dtype_not_declared_is_refused(gen, v):
         v(*inputs)
 
 
-@pytest.mark.parametrize("v", [v for v in VARIANTS if v.bounds], ids=lambda v: v.label)
-def test_declared_limit_raises_naming_the_steps_that_take_it(gen, v):
-    quantity, limit = v.bounds[0]
-    shape = {"cols": (2, limit + 1), "tma_unaligned": (16, 33, 16)}[quantity]  # K = 33: 66-byte rows
+def breaking_shape(quantity: str, relation: str, limit: int, dtype) -> tuple:
+    """A shape that breaks one declared bound (and, for the long-row softmax steps, no other)."""
+    size = dtype.itemsize
+    if quantity == "cols":
+        return (2, limit + 1) if relation == "<=" else (2, limit - 1)
+    if quantity == "row_bytes":  # one row past the bytes, in whole 64-element vectors
+        return (2, (limit // size // 64 + 1) * 64)
+    return {"tma_unaligned": (16, 33, 16),  # K = 33: 66-byte rows
+            "unaligned_rows": (2, 16387),  # past step 5's rows, not whole 16-byte vectors
+            "uneven_register_slices": (2, 16388)}[quantity]  # 2 slices of 8,194: not whole fp32 vectors
+
+
+BOUNDS = [(v, q, rel, limit) for v in VARIANTS
+          for rel, pairs in (("<=", v.bounds), (">=", v.minimums)) for q, limit in pairs]
+
+
+@pytest.mark.parametrize("v,quantity,relation,limit", BOUNDS,
+                         ids=lambda p: getattr(p, "label", str(p)))
+def test_declared_limit_raises_naming_the_steps_that_take_it(gen, v, quantity, relation, limit):
+    shape = breaking_shape(quantity, relation, limit, v.dtypes[0])
     inputs = make_inputs(v.op, shape, v.dtypes[0], GPU, gen)
-    with pytest.raises(ValueError, match=rf"{quantity} <= {limit}, got {quantity} = \d+.*; .* steps \d"):
+    with pytest.raises(ValueError, match=rf"{quantity} {relation} {limit}, got {quantity} = \d+.*; .* steps \d"):
         v(*inputs)
+
+
+def fitting_inputs(v, shapes, dtype, gen, grad=False):
+    """Inputs of the first of `shapes` that the step takes (with a gradient to take, if `grad`)."""
+    for shape in shapes:
+        inputs = make_inputs(v.op, shape, dtype, GPU, gen)
+        inputs = tuple(t.requires_grad_() for t in inputs) if grad else inputs
+        if fits(v, inputs):
+            return inputs
+    pytest.fail(f"{v.label} takes none of {shapes}")
 
 
 # ---- autograd, torch.compile, opcheck -----------------------------------------------------------
@@ -119,8 +145,9 @@ DIFFERENTIABLE = [v for v in VARIANTS if SPECS[v.op].autograd]
 def test_autograd_runs_the_same_step(gen, v):
     """Gradients through the step's own kernels against fp64 autograd on the same inputs."""
     dtype = v.dtypes[0]
-    shape = {"softmax": (37, 777), "matmul": (64, 128, 48)}[v.op]  # matmul: rows TMA can read
-    inputs = [t.requires_grad_() for t in make_inputs(v.op, shape, dtype, GPU, gen)]
+    # matmul: rows TMA can read; softmax: short rows, else the long ones steps 6-8 are meant for
+    shapes = {"softmax": [(37, 777), (5, 50000), (3, 32768)], "matmul": [(64, 128, 48)]}[v.op]
+    inputs = list(fitting_inputs(v, shapes, dtype, gen, grad=True))
     out = v(*inputs)
     grad = torch.randn(out.shape, device=GPU, generator=gen).to(dtype)
     got = torch.autograd.grad(out, inputs, grad)
@@ -183,8 +210,10 @@ FULL_CHECKS = QUICK_CHECKS + ("test_aot_dispatch_dynamic",)
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
 def test_opcheck(gen, v):
     dtype = v.dtypes[0]
-    shape = {"softmax": (7, 33), "matmul": (24, 16, 8)}.get(v.op, SPECS[v.op].test_shapes[2])
-    inputs = make_inputs(v.op, shape, dtype, GPU, gen)
+    shapes = {"softmax": [(7, 33), (2, 32768)], "matmul": [(24, 16, 8)]}.get(v.op, [SPECS[v.op].test_shapes[2]])
+    inputs = fitting_inputs(v, shapes, dtype, gen, grad=bool(SPECS[v.op].autograd))
+    shape = tuple(inputs[0].shape) if v.op == "softmax" else shapes[0]
+    inputs = tuple(t.detach() for t in inputs)
     v(*inputs)  # registers the ops
     if SPECS[v.op].autograd:
         inputs = tuple(t.requires_grad_() for t in inputs)

@@ -88,17 +88,23 @@ def test_a_layout_copy_starts_every_row_on_16_bytes(layout):
 
 
 def test_default_step_is_the_last_one_whose_limits_the_inputs_fit():
-    """step=None picks the most optimized step that takes the inputs: a bf16 K of 33 (66-byte rows,
-    no tensor map) goes past the TMA steps to the last step without that limit."""
-    a, b = torch.ones(16, 33, dtype=torch.bfloat16), torch.ones(33, 64, dtype=torch.bfloat16)
+    """With no measured table (the CPU), step=None picks the most optimized step that takes the
+    inputs: a small bf16 problem goes to the split-K step; a large one is past its declared range
+    (output_tiles) and goes to the last TMA step; a K of 33 (66-byte rows, no tensor map) goes past
+    every TMA step to the last one without that limit."""
+    def best(m, k, n):
+        return rosetta.best("matmul", backend, torch.bfloat16,
+                            (torch.ones(m, k, dtype=torch.bfloat16), torch.ones(k, n, dtype=torch.bfloat16)))
     for backend in rosetta.BACKENDS:
         last = rosetta.best("matmul", backend, torch.bfloat16)
-        assert last.bounds, "the last 16-bit step loads through TMA"
-        chosen = rosetta.best("matmul", backend, torch.bfloat16, (a, b))
-        assert not chosen.bounds and chosen.step < last.step
-        aligned = torch.ones(16, 32, dtype=torch.bfloat16), torch.ones(32, 64, dtype=torch.bfloat16)
-        assert rosetta.best("matmul", backend, torch.bfloat16, aligned) is last
+        assert dict(last.bounds)["output_tiles"] == 264, "the last 16-bit step is split-K's"
+        assert best(16, 32, 64) is last
+        big = best(2048, 32, 4096)  # 16 x 32 tiles of 128 x 128: past split-K's range
+        assert "tma_unaligned" in dict(big.bounds) and "output_tiles" not in dict(big.bounds)
+        odd_k = best(2048, 33, 4096)
+        assert not odd_k.bounds and odd_k.step < big.step
     # malformed inputs still reach the last step, whose checks say what is wrong
+    a = torch.ones(16, 33, dtype=torch.bfloat16)
     assert rosetta.best("matmul", "triton", torch.bfloat16, (a, a)) is rosetta.best("matmul", "triton", torch.bfloat16)
 
 
@@ -132,6 +138,6 @@ def test_a_triton_tma_step_refuses_an_output_it_cannot_store(monkeypatch):
     a, b = torch.ones(16, 32, dtype=torch.bfloat16), torch.ones(63, 32, dtype=torch.bfloat16).t()
     for step in (5, 6):
         with pytest.raises(ValueError, match=r"tma_out_unaligned <= 0, got tma_out_unaligned = 1.*"
-                                             r"matmul/triton steps 1, 2, 3, 4 take it"):
+                                             r"matmul/triton steps 1, 2, 3, 4, 7 take it"):
             rosetta.registry.select("matmul", "triton", step)(a, b)
-    assert rosetta.matmul(a, b).shape == (16, 63)  # step=None: step 4
+    assert rosetta.matmul(a, b).shape == (16, 63)  # step=None: step 7 (split-K, no TMA)

@@ -129,6 +129,12 @@ SASS_CLAIMS = [
     # "The tile is ... 192 x 192 (three consumer warpgroups, 3 stages)": each an m64n192k16
     ("matmul/13_persistent_clusters.cu", "I13__nv_bfloat16Li192ELi192ELb0ELb0E", lambda ops: {
         "UTMALDG.2D.MULTICAST", "UTMASTG.2D", "HGMMA.64x192x16.F32.BF16"} <= set(ops)),
+    # "one consumer warpgroup, wgmma.m64n128k16, HGMMA.64x128x16" fed by TMA, and "programmatic dependent
+    # launch (griddepcontrol)": the GEMM's launch_dependents (PREEXIT), the reduction's wait (ACQBULK)
+    ("matmul/14_split_k.cu", "matmul_split_kI13__nv_bfloat16Li1ELb0ELb0E", lambda ops: {
+        "UTMALDG.2D", "HGMMA.64x128x16.F32.BF16", "PREEXIT"} <= set(ops)),
+    ("matmul/14_split_k.cu", "sum_slicesI13__nv_bfloat16E",
+     lambda ops: {"ACQBULK", "LDG.E.128.CONSTANT", "STG.E.64"} <= set(ops)),
     # "LDG.E.128 / STG.E.128 ... warp shuffles (SHFL.BFLY, 5 per warp)" (read-only loads: .CONSTANT)
     ("softmax/03_warp_shuffle_vectorized.cu", "softmax_warp_shuffleIfE",
      lambda ops: {"LDG.E.128.CONSTANT", "STG.E.128", "SHFL.BFLY"} <= set(ops)),

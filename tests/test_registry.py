@@ -47,10 +47,13 @@ def test_steps_are_contiguous_and_best_is_the_last_without_a_hazard(op, backend)
 
 def test_a_declared_hazard_keeps_step_none_off_the_step():
     """Triton matmul step 6 (warp_specialize) leaves tiles unwritten when preempted; step=None
-    stops at step 5, which takes the same layouts."""
+    passes it over: to step 7 where that takes the inputs, else back to step 5, which takes the
+    same layouts as step 6."""
     six = rosetta.select("matmul", "triton", 6)
     assert "preempt" in six.hazard
-    assert rosetta.best("matmul", "triton", torch.bfloat16).step == 5
+    assert rosetta.best("matmul", "triton", torch.bfloat16).step == 7
+    big = (torch.ones(2048, 64, dtype=torch.bfloat16), torch.ones(64, 4096, dtype=torch.bfloat16))
+    assert rosetta.best("matmul", "triton", torch.bfloat16, big).step == 5  # past step 7's output_tiles
 
 
 @pytest.mark.parametrize("v", rosetta.variants(), ids=lambda v: v.label)

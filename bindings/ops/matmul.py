@@ -74,6 +74,16 @@ def tma_out_unaligned(a: torch.Tensor, b: torch.Tensor) -> int:
     return sum((n * a.element_size()) % 16 != 0 for n in rows if a.shape[0] and n)
 
 
+SPLIT_K_MAX_TILES = 264  # two waves of 128 x 128 output tiles on the H100's 132 SMs
+
+
+def output_tiles(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Output tiles of 128 x 128 (M x N). The split-K steps are meant for problems of at most two
+    waves of such tiles on 132 SMs: past that every SM has whole tiles of its own, and splitting K
+    only adds the partials' traffic."""
+    return -(-a.shape[0] // 128) * -(-b.shape[1] // 128)
+
+
 def tma_readable(t: torch.Tensor) -> torch.Tensor:
     """t, or a copy in 16-byte-aligned rows where TMA could not read t: the gradient dC arrives
     M x N contiguous, which a column-major b with an odd N lets through the forward."""
@@ -193,7 +203,7 @@ SPEC = OpSpec(
     slow_call_ms=150.0,
     problem=lambda a, b: (a.shape[0], a.shape[1], b.shape[1]),
     suite=SUITE,
-    bounds={"tma_unaligned": tma_unaligned, "tma_out_unaligned": tma_out_unaligned},
+    bounds={"tma_unaligned": tma_unaligned, "tma_out_unaligned": tma_out_unaligned, "output_tiles": output_tiles},
     input_layouts=INPUT_LAYOUTS,
     layout_headlines=(Headline((4096, 4096, 4096), HALF), Headline((8192, 8192, 8192), HALF)),
 )

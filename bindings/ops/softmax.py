@@ -21,6 +21,43 @@ def rows_view(*tensors):
     return tuple(t.view(-1, t.shape[-1]) if t.shape[-1] else t.reshape(-1, 0) for t in tensors)
 
 
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def row_bytes(*tensors):
+    """Bytes of one row of every input, each rounded up to whole 16-byte vectors: what a step that
+    keeps the row on chip must hold (forward x; backward y and dy). CUDA step 5 holds up to one
+    SM's 227 KB; steps 6 and 8 a cluster of 16 SMs' worth."""
+    x = tensors[0]
+    return len(tensors) * ceil_div(x.shape[-1] * x.element_size(), 16) * 16
+
+
+def _address(t) -> int:
+    try:
+        return 0 if torch.compiler.is_compiling() or t.device.type == "meta" else t.data_ptr()
+    except RuntimeError:  # a tensor without storage (a tracing wrapper): judged at launch
+        return 0
+
+
+def unaligned_rows(*tensors):
+    """1 when some row of an input or of the output is not whole 16-byte vectors from a 16-byte
+    boundary. CUDA steps 7 and 8 move rows only as 16-byte vectors, with no element-wise tail."""
+    x = tensors[0]
+    size, cols = x.element_size(), x.shape[-1]
+    pitches = [t.stride(-2) if t.dim() >= 2 else cols for t in tensors] + [cols]  # + the output's
+    return int(any((p * size) % 16 for p in pitches) or any(_address(t) % 16 for t in tensors))
+
+
+def uneven_register_slices(*tensors):
+    """1 when the row does not cut into equal slices of whole 16-byte vectors, one per CTA of
+    16,384 elements at most (16 CTAs at most): CUDA step 7 holds exactly such slices in registers."""
+    cols, vec = tensors[0].shape[-1], 16 // tensors[0].element_size()
+    ranks = max(1, ceil_div(cols, 16384))
+    slice_ = ceil_div(ceil_div(cols, ranks), vec) * vec
+    return int(ranks > 16 or ranks * slice_ != cols)
+
+
 def make_inputs(shape, dtype, device, gen):
     return (torch.randn(shape, generator=gen, dtype=torch.float32, device=device).mul_(2).to(dtype),)
 
@@ -136,8 +173,8 @@ SPEC = OpSpec(
         (2, 3, 777),  # leading dimensions folded into rows; 777 odd
         (300, 4097),  # many rows, one past 4096 (the register-tile size of several steps)
         # 2^18 + 7: CUDA step 6's 16-CTA cluster and Triton step 4's split rows (65 fp32 chunks,
-        # the last of 7 elements). CUDA steps 7-8 take step 4's online kernels here (17 slices of
-        # 16,384 pass step 7's 16; odd cols are not whole 16-byte vectors for step 8)
+        # the last of 7 elements). CUDA steps 7-8 refuse it before launch (odd cols are not whole
+        # 16-byte vectors: their `unaligned_rows` limit)
         (3, 262151),
         # 2^18, aligned: the long-row paths as benchmarked (fp32 headline 4096 x 262144). CUDA
         # step 7: 16 CTAs of 16,384 in registers, fp32 and 16-bit; step 8: 16 bulk-copied slices
@@ -164,9 +201,11 @@ SPEC = OpSpec(
         (2, 3, 33),  # leading dimensions
         (0, 5),  # zero rows
     ),
-    bounds={"cols": lambda x, *rest: x.shape[-1]},
+    bounds={"cols": lambda x, *rest: x.shape[-1], "row_bytes": row_bytes, "unaligned_rows": unaligned_rows,
+            "uneven_register_slices": uneven_register_slices},
     problem=lambda x, *rest: (x.numel() // max(x.shape[-1], 1), x.shape[-1]),
     suite=SUITE,
+    backward_inputs=lambda x: (x, x),
     peers=("liger",),
     ceiling="dram_copy",
 )

@@ -179,6 +179,10 @@ class OpSpec:
     # matmul: M, K, N): what the dispatch table matches a call against. None: the first input's.
     problem: Callable | None = None
     suite: Suite | None = None  # the shapes users bring (bench --suite): what step=None is chosen from
+    # (*forward inputs) -> tensors shaped as the backward's inputs will be (softmax: y and dy, both
+    # x's shape): with a gradient to take, a step's declared limits are checked on these too, before
+    # the forward runs. None: the backward runs the forward on other inputs (matmul).
+    backward_inputs: Callable | None = None
 
     def problem_shape(self, *inputs) -> Shape:
         return tuple(self.problem(*inputs)) if self.problem else tuple(inputs[0].shape)

@@ -4,11 +4,11 @@
 //   row_grid                       a block per row, the grid capped at 2^31 - 1 blocks              step 4
 //   max_dynamic_smem               the opt-in shared memory a block may ask for                    step 5
 //   rows_aligned                   every row of a view starts on 16 bytes                         step 5
-//   launch_forward / _backward     the host side of steps 6-8: empty inputs and rows that step 5
-//                                  holds in registers go to step 5, longer rows to the step's own
-//                                  kernels
-// Every step's kernels, forward and backward, live in its own file; a step hands the rows it does
-// not take to an earlier step's entry point (declared below; one extension links them all).
+//   launch_forward / _backward     the host side of steps 6-8: nothing to do for an empty input,
+//                                  every other row to the step's own kernels
+// Every step's kernels, forward and backward, live in its own file, and a step runs only them: the
+// rows it is not meant for are declared in its header (`Min:` / `Max:`), checked before launch, and
+// left to the dispatcher, which picks another step for them.
 // Every kernel takes rows x cols with a row stride for its inputs (Layout: rows) and contiguous
 // outputs; rows and the offsets into them are 64-bit.
 #pragma once
@@ -16,12 +16,6 @@
 #include <algorithm>
 
 #include "primitives.cuh"
-
-// Entry points of the steps that later steps hand rows to (04_online.cu, 05_row_on_chip.cu).
-cudaError_t softmax_04_online(const rosetta::SoftmaxArgs& a, cudaStream_t stream);
-cudaError_t softmax_04_online_backward(const rosetta::SoftmaxBackwardArgs& a, cudaStream_t stream);
-cudaError_t softmax_05_row_on_chip(const rosetta::SoftmaxArgs& a, cudaStream_t stream);
-cudaError_t softmax_05_row_on_chip_backward(const rosetta::SoftmaxBackwardArgs& a, cudaStream_t stream);
 
 namespace rosetta::softmax {
 
@@ -142,16 +136,16 @@ bool rows_aligned(const T* p, int64_t stride) {
   return aligned16(p) && stride % kVec<T> == 0;
 }
 
-// The longest row step 5 holds in registers (its block tiles: 512 threads x 32 values).
+// The longest row step 5 holds in registers (its block tiles: 512 threads x 32 values); steps 6-8
+// are meant for the rows past it (their `Min: cols >= 16385`).
 constexpr int64_t kMaxRegisterCols = 16384;
 
-// Host side of steps 6-8: nothing to write for an empty input; rows that step 5's register tiles
-// hold go to step 5; every longer row to the step's own idea,
+// Host side of steps 6-8: nothing to write for an empty input; every row to the step's own idea,
 //   long_rows(T{}, x, x_stride, out) -> cudaError_t      (forward)
 //   long_rows(T{}, y, y_stride, dy, dy_stride, dx)       (backward)
 template <typename LongRows>
 cudaError_t launch_forward(const SoftmaxArgs& a, cudaStream_t stream, LongRows long_rows) {
-  if (a.x.size[0] == 0 || a.x.size[1] <= kMaxRegisterCols) return softmax_05_row_on_chip(a, stream);
+  if (a.x.size[0] == 0 || a.x.size[1] == 0) return cudaSuccess;
   cudaError_t status = cudaSuccess;
   const cudaError_t launched = dispatch_dtype(a.x.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -162,7 +156,7 @@ cudaError_t launch_forward(const SoftmaxArgs& a, cudaStream_t stream, LongRows l
 
 template <typename LongRows>
 cudaError_t launch_backward(const SoftmaxBackwardArgs& a, cudaStream_t stream, LongRows long_rows) {
-  if (a.y.size[0] == 0 || a.y.size[1] <= kMaxRegisterCols) return softmax_05_row_on_chip_backward(a, stream);
+  if (a.y.size[0] == 0 || a.y.size[1] == 0) return cudaSuccess;
   cudaError_t status = cudaSuccess;
   const cudaError_t launched = dispatch_dtype(a.y.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -7,13 +7,15 @@ Changed:  global -> shared copies go through cp.async (sm_80+) into a ring of kS
           zero-filled by cp.async's src-size operand, with no branch around the copy. With no
           staging registers, the block tile grows to 128 x 256 (8 warps, 1 block per SM), and the
           fragments of k-step k+1 are loaded from shared memory before the FFMAs of step k.
-          Three later revisions, each measured on its own:
+          Four later revisions, each measured on its own (the fourth not yet):
           - stream-K (plan_stream_k): the k-tiles of the last two waves of tiles are shared
             evenly by 132 blocks, whose ranges may start and end inside a tile; the block that
             finishes a tile's last piece adds the pieces in a fixed order (deterministic);
           - a b whose rows are not 16-byte aligned (N % 4 != 0, or an offset view) is repacked
             into a padded copy first, rather than copied 4 bytes at a time;
-          - the 128 FFMAs of a k-step run column by column (ThreadTile::fma_by_columns).
+          - the 128 FFMAs of a k-step run column by column (ThreadTile::fma_by_columns);
+          - the block tile is chosen per problem (pick_shape) among 128 x 256, 128 x 128 and
+            64 x 128, the same kernel templated on it, 8 warps per SM in each (1, 2 or 4 blocks).
 Why:      in step 7 a block's global latency (~1 us per tile from L2/DRAM) sat between its
           barriers, hidden only by the other resident block. With the copies kStages - 1 tiles
           ahead, the block's warps go from one tile's FFMAs to the next with one barrier
@@ -39,10 +41,21 @@ Why:      in step 7 a block's global latency (~1 us per tile from L2/DRAM) sat b
           per k-tile; column order with serpentine rows 163: 4096^3 0.873x -> 0.900x cuBLAS.
           Starting at column 0 instead gave ptxas a 212-register allocation costing 716 and
           0.827x: the allocation, not the arithmetic, moves the needle.
+          Tile choice: a wave of any of the three shapes is 8 64 x 64 warp tiles per SM, so the
+          launcher estimates the busiest scheduler's warp k-tiles (waves x tile area, the last
+          waves fractional under stream-K) and takes a smaller tile only if that saves over 1/9.
+          300 x 8192 x 300 (0.47x cuBLAS) is 6 tiles of 128 x 256: 384 x 512 outputs, 46% real,
+          3072 k-tiles over 132 blocks (24 each); 64 x 128: 15 tiles, 320 x 384, 73% real, 7680
+          over 528 blocks (15 each). 777 x 1234 x 2345 (0.65x) is 70 tiles (79% real), 5460 k-tiles
+          over 132 blocks (42 each); 64 x 128: 247 tiles (90% real), 19266 over 528 (37 each).
+          3000^3 (2 waves + 24 of 128 x 256, 822 against 804) and 4096^3 / 8192^3 (every shape
+          ties: 1986 and 15888) keep 128 x 256, whose SASS is unchanged.
 Still:    ~70% of FFMA peak where cuBLAS's SASS reaches ~79%: register allocation is ptxas's,
           and CUDA C can only steer it by the order of the FFMAs. The stream-K pieces pay a round
-          trip through L2 and a pipeline fill each. FP32 FFMA tops out at ~60-67 TFLOP/s however
-          fed: the tensor cores are the next rung.
+          trip through L2 and a pipeline fill each, and one block adds a tile's pieces: at
+          300 x 8192 x 300, 35 pieces of 32 KB per 64 x 128 tile, ~3 L2 round trips per float4
+          of a thread, 96 in a row, which the estimate does not count. FP32 FFMA tops out at
+          ~60-67 TFLOP/s however fed: the tensor cores are the next rung.
 Roofline: global 42.7 flop/B <= 277 (L2); shared as step 7 (<= 356); registers: 2048
           FFMA of the loop's 2,314 instructions (LDGSTS replaces LDG + STS) <= 0.89 x 65.3 = 58.
           Bound ~58 TFLOP/s; cuBLAS's SGEMM, with the same tile, reaches 51.8 (0.79 of FFMA
@@ -58,31 +71,52 @@ namespace {
 using rosetta::ThreadTile;
 
 // ---- launch configuration --------------------------------------------------------------------
-// 128 x 256 block tile, 8 warps of 64 x 64: with no staging registers (cp.async), 1 block of 256
-// threads per SM may use up to 255 registers (ptxas: 247, no spills), and the bigger tile
-// raises global intensity to 42.7 flop/B. Measured on the H100 (4096^3, with fragments double-
-// buffered): 44.4 TFLOP/s vs 42.8 for step 7's 128 x 128 x 2 blocks per SM with the same pipeline.
-constexpr int kBM = 128, kBN = 256, kBK = 16;
-constexpr int kStages = 3;  // 3 x 24.8 KB of shared memory (4 stages measured no faster)
-constexpr int kWarpsM = kBM / ThreadTile::kWarpM, kWarpsN = kBN / ThreadTile::kWarpN;
-constexpr int kThreads = 32 * kWarpsM * kWarpsN;  // 256
-constexpr int kBlocksPerSm = 1;                   // registers: 255 per thread allowed
-constexpr int kGroupM = 8;                        // tile rows per L2 group
-constexpr int kMinSplitTiles = 4;  // a stream-K block's range: at least 4 k-tiles (64 k)
+// Every block tile is whole 64 x 64 warp tiles (ThreadTile), and an SM holds kWarpsPerSm of them
+// in any shape: 8 warps of up to 255 registers fill its 64K registers, 2 warps per scheduler.
+// So a wave of any shape is 8 warp tiles per SM, ~the same time; a smaller block tile only cuts
+// the output into finer pieces (less padding, more tiles to fill 132 SMs with) at the price of
+// more L2 bytes and copy instructions per FFMA. 128 x 256 (1 block per SM, ptxas: 247 registers,
+// no spills) raises global intensity to 42.7 flop/B; measured on the H100 (4096^3, fragments
+// double-buffered): 44.4 TFLOP/s vs 42.8 for step 7's 128 x 128 x 2 blocks per SM, same pipeline.
+constexpr int kBK = 16;
+constexpr int kStages = 3;        // 3 x 24.8 KB of shared memory at 128 x 256 (4 stages measured no faster)
+constexpr int kWarpsPerSm = 8;    // registers: 255 per thread allowed
+constexpr int kGroupM = 8;        // tile rows per L2 group
+constexpr int kMinSplitTiles = 4; // a stream-K block's range: at least 4 k-tiles (64 k)
 constexpr int kPadA = 4;  // keeps the transposed copies conflict-free and rows 16-byte aligned
+// The block tiles, largest first: the launcher picks one per problem (pick_shape). Not 64 x 64:
+// as 1-warp blocks ptxas gave it a 228-register allocation with 676 extra register-bank reads per
+// 2048 FFMA (SASS count, see the header) against 163 here and 142 for 128 x 128 and 64 x 128.
+struct Shape {
+  int bm, bn;
+};
+constexpr Shape kShapes[] = {{128, 256}, {128, 128}, {64, 128}};
 // -----------------------------------------------------------------------------------------------
-constexpr int kLdA = kBM + kPadA;
-constexpr int kStageFloats = kBK * kLdA + kBK * kBN;
-constexpr int kSmemBytes = kStages * kStageFloats * int(sizeof(float));
-constexpr int kRowsA = kThreads / 8;  // a: 8 lanes along k, kRowsA rows per pass
-constexpr int kCopiesA = kBM * kBK / kThreads;
-static_assert(kBM % ThreadTile::kWarpM == 0 && kBN % ThreadTile::kWarpN == 0, "whole warp tiles");
-static_assert(kBK % 8 == 0 && kBM % kRowsA == 0 && kBM * kBK % kThreads == 0,
-              "a's copies: 8 lanes along k, whole passes of rows");
-static_assert(kThreads % kBN == 0 && kBK * kBN % (4 * kThreads) == 0,
-              "b's copies: whole rows per pass, whole float4s per thread");
-static_assert(kStages >= 2 && kSmemBytes <= 227 * 1024, "a ring of stages that fits an SM");
-static_assert(kLdA % 4 == 0 && kStageFloats % 4 == 0, "16-byte aligned rows and stages");
+
+template <int kBM, int kBN>
+struct Config {
+  static constexpr int kWarps = (kBM / ThreadTile::kWarpM) * (kBN / ThreadTile::kWarpN);
+  static constexpr int kWarpsN = kBN / ThreadTile::kWarpN;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlocksPerSm = kWarpsPerSm / kWarps;
+  static constexpr int kLdA = kBM + kPadA;
+  static constexpr int kStageFloats = kBK * kLdA + kBK * kBN;
+  static constexpr int kSmemBytes = kStages * kStageFloats * int(sizeof(float));
+  static constexpr int kRowsA = kThreads / 8;  // a: 8 lanes along k, kRowsA rows per pass
+  static constexpr int kPassesA = kBM / kRowsA;
+  static constexpr int kCopiesA = kBM * kBK / kThreads;
+  static constexpr int kPerRowB = kBN / 4, kRowsB = kThreads / kPerRowB, kCopiesB = kBK / kRowsB;
+  static_assert(kBM % ThreadTile::kWarpM == 0 && kBN % ThreadTile::kWarpN == 0, "whole warp tiles");
+  static_assert(kWarpsPerSm % kWarps == 0, "whole blocks fill an SM's 8 warps");
+  static_assert(kBK % 8 == 0 && kBM % kRowsA == 0 && kCopiesA == kPassesA * (kBK / 8),
+                "a's copies: 8 lanes along k, whole passes of rows");
+  static_assert(kLdA % 32 == 4, "a's transposed copies: a warp's 4 rows x 8 k land in banks 4k + m, all 32");
+  static_assert(kThreads % kPerRowB == 0 && kBK % kRowsB == 0, "b's copies: whole float4 rows per pass");
+  static_assert(kStages >= 2 && kSmemBytes <= 227 * 1024, "a ring of stages that fits a block");
+  static_assert(kBlocksPerSm * (kSmemBytes + 1024) <= 228 * 1024,
+                "the resident blocks' rings (+1 KB reserved per block) fit an SM's 228 KB");
+  static_assert(kLdA % 4 == 0 && kStageFloats % 4 == 0, "16-byte aligned rows and stages");
+};
 
 // cp.async: copy `bytes` (<= size) from global, zero-fill the rest of the `size`-byte slot.
 // .ca for 4-byte copies (L1 keeps the line for the 7 neighbours that follow), .cg for 16-byte.
@@ -111,7 +145,7 @@ struct StreamK {
   int dp_tiles, sk_blocks;
   int64_t sk_iters;   // k-tiles shared by the stream-K blocks: (tiles - dp_tiles) * tiles_k
   unsigned* tickets;  // one per stream-K tile, zeroed before the launch
-  float4* partials;   // [stream-K block][its first or last piece][kPartial4][kThreads]
+  float4* partials;   // [stream-K block][its first or last piece][kPartial4][block's threads]
 
   // Stream-K block b's range starts at begin(b), local to the stream-K tiles; block_of inverts it.
   __device__ int64_t begin(int b) const { return int64_t(b) * sk_iters / sk_blocks; }
@@ -124,6 +158,7 @@ constexpr int kPartial4 = ThreadTile::kM * ThreadTile::kN / 4;  // a thread's ac
 // block that draws the last one adds the pieces of blocks c0 .. c1 in that order (the same rounding
 // every run) and stores the sum at (m0, n0) of out. The partials are read back from L2 (.cg: other
 // SMs wrote them).
+template <int kThreads>
 __device__ void finish_piece(const ThreadTile& tile, const rosetta::MatmulProblem& p, const StreamK& sk, int u,
                              int tiles_k, bool first_piece, int m0, int n0, bool vec) {
   __shared__ bool last;
@@ -156,12 +191,16 @@ __device__ void finish_piece(const ThreadTile& tile, const rosetta::MatmulProble
   }
 }
 
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) matmul_pipelined(rosetta::MatmulProblem p, StreamK sk) {
+template <int kBM, int kBN>
+__global__ void __launch_bounds__(Config<kBM, kBN>::kThreads, Config<kBM, kBN>::kBlocksPerSm)
+    matmul_pipelined(rosetta::MatmulProblem p, StreamK sk) {
+  using C = Config<kBM, kBN>;
+  constexpr int kLdA = C::kLdA, kStageFloats = C::kStageFloats, kThreads = C::kThreads;
   extern __shared__ float4 smem4[];  // float4: 16-byte aligned
   float* const smem = reinterpret_cast<float*>(smem4);
   const int t = threadIdx.x, warp = t / 32;
   const int tiles_k = (p.K + kBK - 1) / kBK;
-  const int wm = (warp / kWarpsN) * ThreadTile::kWarpM, wn = (warp % kWarpsN) * ThreadTile::kWarpN;
+  const int wm = (warp / C::kWarpsN) * ThreadTile::kWarpM, wn = (warp % C::kWarpsN) * ThreadTile::kWarpN;
   const bool vec = p.N % 4 == 0 && rosetta::aligned16(p.out);
   // This block's k-tiles [it, end), numbered tile-major (see StreamK).
   int64_t it, end;
@@ -186,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) matmul_pipelined(roset
     // hit banks 4k + m (mod 32, 4-float pad): 32 distinct. One source pointer per row, advanced
     // by kBK per tile, so a copy costs one LDGSTS with an immediate offset. Rows past M point at
     // row M-1 (a valid address) and copy 0 bytes: their slots are zero-filled.
-    constexpr int kPassesA = kBM / kRowsA;
+    constexpr int kRowsA = C::kRowsA, kPassesA = C::kPassesA;
     const int a_row = t / 8, a_k = t % 8;
     const float* a_src[kPassesA];
     int a_bytes[kPassesA];
@@ -197,7 +236,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) matmul_pipelined(roset
       a_bytes[r] = m < p.M ? 4 : 0;
     }
     // b: lanes along n; a pass covers kRowsB rows of the tile. Past N: column 0, 0 bytes.
-    constexpr int kPerRow = kBN / 4, kRowsB = kThreads / kPerRow, kCopiesB = kBK / kRowsB;
+    constexpr int kPerRow = C::kPerRowB, kRowsB = C::kRowsB;
     const int b_k = t / kPerRow, b_n = 4 * (t % kPerRow);
     const int b_bytes = 4 * max(0, min(4, p.N - (n0 + b_n)));  // partial vectors zero-fill
     const float* b_src = p.b + (b_k + int64_t(kt_begin) * kBK) * p.ldb + (b_bytes > 0 ? n0 + b_n : 0);
@@ -211,13 +250,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) matmul_pipelined(roset
       float* const bs = as + kBK * kLdA;
       const bool full = k_left >= kBK;
 #pragma unroll
-      for (int c = 0; c < kCopiesA; ++c) {
+      for (int c = 0; c < C::kCopiesA; ++c) {
         const int r = c % kPassesA, k = a_k + 8 * (c / kPassesA);
         const bool ok = full || k < k_left;
         cp_async4(&as[k * kLdA + a_row + kRowsA * r], ok ? a_src[r] + 8 * (c / kPassesA) : p.a, ok ? a_bytes[r] : 0);
       }
 #pragma unroll
-      for (int c = 0; c < kCopiesB; ++c) {
+      for (int c = 0; c < C::kCopiesB; ++c) {
         const bool ok = full || b_k + kRowsB * c < k_left;
         cp_async16(&bs[(b_k + kRowsB * c) * kBN + b_n], ok ? b_src + c * b_pass : p.b, ok ? b_bytes : 0);
       }
@@ -260,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) matmul_pipelined(roset
     if (kt_begin == 0 && kt_end == tiles_k) {
       tile.store(p, m0 + wm, n0 + wn, vec);
     } else {
-      finish_piece(tile, p, sk, index - sk.dp_tiles, tiles_k, first_piece, m0 + wm, n0 + wn, vec);
+      finish_piece<kThreads>(tile, p, sk, index - sk.dp_tiles, tiles_k, first_piece, m0 + wm, n0 + wn, vec);
     }
     if (it < end) __syncthreads();  // the next piece's prologue refills stages this one still reads
   }
@@ -277,15 +316,15 @@ __global__ void repack_rows(const float* __restrict__ b, int64_t ldb, float* __r
     *reinterpret_cast<float4*>(dst + row * ld4 + col) = rosetta::load4<false>(b + row * ldb + col, N - col);
 }
 
-// Wave quantization: T tiles run on S = SMs x kBlocksPerSm slots in waves, and a last wave of
+// Wave quantization: T tiles run on S = SMs x blocks-per-SM slots in waves, and a last wave of
 // T mod S tiles takes a whole wave's time with the other SMs idle (4096^3: 512 tiles on 132 slots
 // = 3 waves + 116 tiles, 12% of the last wave idle; 3000^3: 2 waves + 24 tiles). Stream-K evens
 // out the last two waves: their S + T mod S tiles' k-tiles are shared by S blocks, so each SM runs
 // (S + T mod S) / S tiles' worth, plus a round trip of the pieces of at most ~S split tiles
 // through L2. Ranges are at least kMinSplitTiles k-tiles (small problems use fewer blocks); a last
-// wave that leaves under 1/16 of the slots idle is not worth that round trip.
-StreamK plan_stream_k(const rosetta::MatmulArgs& args, int tiles, int tiles_k) {
-  const int slots = rosetta::sm_count() * kBlocksPerSm;
+// wave that leaves under 1/16 of the slots idle is not worth that round trip. The plan comes back
+// without its workspace: pick_shape prices a plan per tile shape before one is launched.
+StreamK plan_stream_k(int tiles, int tiles_k, int slots) {
   const int waves = tiles / slots, tail = tiles % slots;
   const StreamK data_parallel{tiles, 0, 0, nullptr, nullptr};
   if (tail == 0 || 16 * (slots - tail) < slots) return data_parallel;
@@ -295,16 +334,87 @@ StreamK plan_stream_k(const rosetta::MatmulArgs& args, int tiles, int tiles_k) {
   // With a full wave before them, the stream-K blocks must be one per slot (short K cannot give
   // them kMinSplitTiles each otherwise); alone, they must split tiles, or the tiles stay whole.
   if (waves > 0 ? sk_blocks < slots : sk_blocks <= sk_tiles) return data_parallel;
-  const int64_t ticket_floats = rosetta::ceil_div(sk_tiles, 4) * 4;  // partials stay 16-byte aligned
-  float* ws = args.workspace.get<float>(ticket_floats + int64_t(2 * sk_blocks) * kPartial4 * kThreads * 4);
-  return {dp_tiles, sk_blocks, sk_iters, reinterpret_cast<unsigned*>(ws),
-          reinterpret_cast<float4*>(ws + ticket_floats)};
+  return {dp_tiles, sk_blocks, sk_iters, nullptr, nullptr};
+}
+
+struct Plan {
+  Shape shape;
+  int tiles;
+  StreamK sk;
+  int64_t cost;  // the estimate below; INT64_MAX: more tiles than a grid holds
+};
+
+// The estimate pick_shape minimises: the FFMA work of the busiest scheduler, in warp k-tiles
+// (64 x 64 x 16 each). Its block runs whole waves of whole tiles, then an even share of the
+// stream-K k-tiles; its SM holds up to 8 warps on 4 schedulers. That is waves x tile area, with
+// the last waves made fractional by stream-K; at full SMs it is the same for every shape
+// whose tiles divide the output (4096^3: 993 k-tiles x 2 warps per scheduler, whichever shape):
+// what differs is the padding of ragged edges, the k-tiles of a short wave, and how many of the
+// 4 schedulers a sub-wave problem can occupy.
+Plan plan(Shape shape, int M, int N, int tiles_k) {
+  const int sms = rosetta::sm_count();
+  const int warps = (shape.bm / ThreadTile::kWarpM) * (shape.bn / ThreadTile::kWarpN), per_sm = kWarpsPerSm / warps;
+  const int slots = sms * per_sm;
+  const int64_t tiles = rosetta::ceil_div(M, shape.bm) * rosetta::ceil_div(N, shape.bn);
+  if (tiles > INT_MAX) return {shape, 0, {}, INT64_MAX};
+  const StreamK sk = plan_stream_k(int(tiles), tiles_k, slots);
+  const bool split = sk.sk_blocks > 0;
+  const int64_t blocks = split ? sk.dp_tiles + sk.sk_blocks : tiles;
+  const int64_t k_tiles = split ? int64_t(sk.dp_tiles / slots) * tiles_k + rosetta::ceil_div(sk.sk_iters, sk.sk_blocks)
+                                : rosetta::ceil_div(tiles, slots) * tiles_k;
+  const int64_t warps_on_sm = std::min<int64_t>(rosetta::ceil_div(blocks, sms), per_sm) * warps;
+  return {shape, int(tiles), sk, k_tiles * rosetta::ceil_div(warps_on_sm, 4)};
+}
+
+// Tile choice (the one place): the lowest estimate, ties to the larger tile. A smaller tile pays
+// more per FFMA (64 x 128: 21.3 flop per L2 byte against 42.7, 24 copies per 2048 FFMA against
+// 12), which the estimate does not see, so its estimate is weighted 9/8 against 128 x 256's: a
+// ragged edge or a short wave must cost 128 x 256 over 1/9 more before a smaller tile replaces
+// the one measured. 300 x 8192 x 300: 6 tiles of 128 x 256 are 384 x 512 outputs (46% real), 24
+// k-tiles per block; 15 tiles of 64 x 128 are 320 x 384 (73% real), 15 k-tiles per block: 30
+// against 48. 3000^3 (804 against 822) and 4097 x 4095 x 4099 (2080 against 2176) stay.
+Plan pick_shape(int M, int N, int tiles_k) {
+  Plan best = plan(kShapes[0], M, N, tiles_k);
+  int64_t best_weighted = best.cost == INT64_MAX ? INT64_MAX : 8 * best.cost;
+  for (const Shape& shape : kShapes) {
+    const Plan candidate = plan(shape, M, N, tiles_k);
+    if (candidate.cost == INT64_MAX) continue;
+    const int64_t weighted = (&shape == kShapes ? 8 : 9) * candidate.cost;
+    if (weighted < best_weighted) best = candidate, best_weighted = weighted;
+  }
+  return best;
+}
+
+template <int kBM, int kBN>
+void launch(const rosetta::MatmulArgs& args, const rosetta::MatmulProblem& p, const Plan& plan, cudaStream_t stream) {
+  using C = Config<kBM, kBN>;
+  StreamK sk = plan.sk;
+  if (sk.sk_blocks > 0) {
+    const int sk_tiles = plan.tiles - sk.dp_tiles;
+    const int64_t ticket_floats = rosetta::ceil_div(sk_tiles, 4) * 4;  // partials stay 16-byte aligned
+    float* ws = args.workspace.get<float>(ticket_floats + int64_t(2 * sk.sk_blocks) * kPartial4 * C::kThreads * 4);
+    sk.tickets = reinterpret_cast<unsigned*>(ws);
+    sk.partials = reinterpret_cast<float4*>(ws + ticket_floats);
+    if (cudaMemsetAsync(sk.tickets, 0, sk_tiles * sizeof(unsigned), stream) != cudaSuccess) return;
+  }
+  const int blocks = sk.sk_blocks > 0 ? sk.dp_tiles + sk.sk_blocks : plan.tiles;
+  const auto kernel = matmul_pipelined<kBM, kBN>;
+  // Over 48 KB of dynamic shared memory needs an opt-in per kernel (per device: every call).
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes) != cudaSuccess) return;
+  if (C::kBlocksPerSm > 1) {  // a shared-memory carveout that holds all kBlocksPerSm blocks' rings
+    const int percent = int(rosetta::ceil_div(100 * C::kBlocksPerSm * (C::kSmemBytes + 1024), 228 * 1024));
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent) != cudaSuccess) return;
+  }
+  kernel<<<blocks, C::kThreads, C::kSmemBytes, stream>>>(p, sk);
 }
 
 }  // namespace
 
 cudaError_t matmul_08_pipelined(const rosetta::MatmulArgs& args, cudaStream_t stream) {
   return rosetta::matmul_launch(args, stream, [&](rosetta::MatmulProblem p) {
+    const int tiles_k = int(rosetta::ceil_div(p.K, kBK));
+    const Plan plan = pick_shape(p.M, p.N, tiles_k);
+    if (plan.cost == INT64_MAX) return;  // over 2^31 tiles of 128 x 256: out alone would be 256 TB
     if (!rosetta::vec4_ok(p.b, p.ldb)) {  // b's rows break 16-byte alignment: repack it first
       const int64_t ld4 = rosetta::ceil_div(p.N, 4) * 4;
       float* packed = args.workspace.get<float>(p.K * ld4);
@@ -313,13 +423,9 @@ cudaError_t matmul_08_pipelined(const rosetta::MatmulArgs& args, cudaStream_t st
       p.b = packed;
       p.ldb = ld4;
     }
-    const int tiles = int(rosetta::ceil_div(p.M, kBM) * rosetta::ceil_div(p.N, kBN));
-    const StreamK sk = plan_stream_k(args, tiles, int(rosetta::ceil_div(p.K, kBK)));
-    const size_t ticket_bytes = (tiles - sk.dp_tiles) * sizeof(unsigned);
-    if (sk.sk_blocks > 0 && cudaMemsetAsync(sk.tickets, 0, ticket_bytes, stream) != cudaSuccess) return;
-    const int blocks = sk.sk_blocks > 0 ? sk.dp_tiles + sk.sk_blocks : tiles;
-    // Over 48 KB of dynamic shared memory needs an opt-in per kernel (per device: every call).
-    if (cudaFuncSetAttribute(matmul_pipelined, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess) return;
-    matmul_pipelined<<<blocks, kThreads, kSmemBytes, stream>>>(p, sk);
+    const Shape s = plan.shape;
+    if (s.bn == 256) launch<128, 256>(args, p, plan, stream);
+    else if (s.bm == 128) launch<128, 128>(args, p, plan, stream);
+    else launch<64, 128>(args, p, plan, stream);
   });
 }

@@ -27,12 +27,13 @@ Why:      2 reads + 1 write (3n) -> 1 read + 1 write (2n), the minimum: up to 3/
           blocks with 16 values a thread (~40 registers: 6 blocks x 16 KB = 96 KB per SM, far
           past the ~20 KB needed); 4096 x 1024 fits the whole problem in one wave of warps.
 Still:    rows longer than one SM's shared memory (bf16 4096 x 131072: 256 KB; fp32 4096 x
-          262144: 1 MB) drop to the two-read online kernel, ~2,000 GB/s at best; and a
-          226 KB row leaves one block per SM whose load and write phases do not overlap.
-          Step 6 spreads such a row over a thread-block cluster.
-Limits:   none: rows past ~226 KB (fp32 > ~57K elements, 16-bit > ~115K; backward half that)
-          take step 4's kernels (2 reads + 1 write; backward 4 reads + 1 write).
+          262144: 1 MB) do not fit at all, and a 226 KB row leaves one block per SM whose load
+          and write phases do not overlap. Step 6 spreads such a row over a thread-block cluster.
+Limits:   rows past one SM's 227 KB of shared memory (fp32 > 58,112 elements, 16-bit > 116,224;
+          backward, y and dy together, half that) are refused before launch (`Max: row_bytes`);
+          step 4 (any row) and steps 6-8 (long rows) take them.
 Layout:   rows
+Max:      row_bytes <= 232448
 */
 #include <type_traits>
 
@@ -541,7 +542,7 @@ cudaError_t softmax_05_row_on_chip(const rosetta::SoftmaxArgs& a, cudaStream_t s
     if (launch_forward_in_registers(x, a.x.stride[0], out, rows, cols, stream)) return;
     const int64_t bytes = smem_bytes<T>(cols, 1);
     if (bytes > sm::max_dynamic_smem()) {
-      status = softmax_04_online(a, stream);  // too long for one SM: 2 reads + 1 write
+      status = cudaErrorInvalidValue;  // too long for one SM: declared (Max: row_bytes), refused before launch
       return;
     }
     status = cudaFuncSetAttribute(softmax_row_in_smem<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
@@ -564,7 +565,7 @@ cudaError_t softmax_05_row_on_chip_backward(const rosetta::SoftmaxBackwardArgs& 
     if (launch_backward_in_registers(y, ys, dy, gs, dx, rows, cols, stream)) return;
     const int64_t bytes = smem_bytes<T>(cols, 2);
     if (bytes > sm::max_dynamic_smem()) {
-      status = softmax_04_online_backward(a, stream);  // too long: 4 reads + 1 write
+      status = cudaErrorInvalidValue;  // y and dy too long for one SM: declared, refused before launch
       return;
     }
     status = cudaFuncSetAttribute(backward_row_in_smem<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));

@@ -11,8 +11,9 @@ Changed:  a row longer than step 5's register tiles (> 16,384 elements) is cut i
           shared memory, the partial dots sum(y * dy) exchanged the same way. C is the
           smallest that gives <= 100 KB of slice per CTA (two CTAs per SM, so one's exchange
           overlaps the other's loads), else <= ~226 KB (one per SM); launched with
-          cudaLaunchKernelEx and cudaLaunchAttributeClusterDimension. Rows <= 16,384 take
-          step 5's register tiles (through step 5's entry point).
+          cudaLaunchKernelEx and cudaLaunchAttributeClusterDimension. The step is meant for
+          the rows step 5's register tiles do not hold (`Min: cols >= 16385`): shorter rows are
+          the dispatcher's to give to step 5.
 Why:      step 5 read rows past one SM's 227 KB twice (bf16 4096 x 131072 is 256 KB a row,
           fp32 4096 x 262144 1 MB): 3n bytes, <= 2/3 of the copy ceiling. A cluster's shared
           memory is up to 16 x 227 KB: 1 MB of fp32 is 16 x 64 KB (or 8 x 128 KB), so the row
@@ -23,10 +24,13 @@ Why:      step 5 read rows past one SM's 227 KB twice (bf16 4096 x 131072 is 256
           is < 1%. Bytes in flight: 512 threads x 128 B = 64 KB per CTA.
 Still:    each CTA's load, exchange and write are phases; two CTAs per SM hide the barrier
           latency only where the slice is <= 100 KB (the fp32 262,144 backward runs one CTA
-          per SM). Rows past 16 x ~226 KB (fp32 > ~900K elements, backward ~450K) fall back
-          to step 4's online kernel (2 reads + 1 write).
-Limits:   none: rows past what a cluster of 16 holds take step 4's kernels.
+          per SM). Rows past 16 x ~226 KB (fp32 > ~900K elements, backward ~450K) do not fit.
+Limits:   rows of 16,384 elements or fewer (step 5's) and rows past what a cluster of 16 holds
+          (`Max: row_bytes`, ~3.7 MB of x, or of y and dy) are refused before launch; step 4
+          takes any row.
 Layout:   rows
+Min:      cols >= 16385
+Max:      row_bytes <= 3700000
 */
 #include <cooperative_groups.h>
 
@@ -216,7 +220,7 @@ cudaError_t softmax_06_cluster(const rosetta::SoftmaxArgs& a, cudaStream_t strea
     using T = decltype(tag);
     cudaError_t status = cudaSuccess;
     if (!launch_cluster<T>(softmax_cluster<T>, 1, rows, cols, stream, status, x, xs, out))
-      return softmax_04_online(a, stream);  // past 16 x 226 KB: 2 reads + 1 write
+      return cudaErrorInvalidValue;  // a row this step does not take: declared in its header, refused before launch
     return status;
   });
 }
@@ -227,7 +231,7 @@ cudaError_t softmax_06_cluster_backward(const rosetta::SoftmaxBackwardArgs& a, c
     using T = decltype(tag);
     cudaError_t status = cudaSuccess;
     if (!launch_cluster<T>(backward_cluster<T>, 2, rows, cols, stream, status, y, ys, dy, gs, dx))
-      return softmax_04_online_backward(a, stream);  // 4 reads + 1 write
+      return cudaErrorInvalidValue;  // declared in the header, refused before launch
     return status;
   });
 }

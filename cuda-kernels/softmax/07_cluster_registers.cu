@@ -25,12 +25,17 @@ Why:      step 6 spends each row on phases that move no data: two CTA barriers f
           of fp32 ones because 8 packed vectors need more than 64 registers once converted
           (they spill), and one CTA per SM idles between its phases.
 Still:    only slices of whole, 16-byte-aligned vectors run here (an element-wise tail path
-          spills at 64 registers); other rows (odd lengths, unaligned strides) and rows past
-          16 x 512 x 32 elements take step 4's online kernels (2 reads + 1 write), where step
-          6's shared memory reaches 16 x 226 KB. A CTA lives for one row: 4,096 rows of 16
-          slices start 65,536 CTAs. 16-bit forward rows keep only 64 KB in flight per SM.
-Limits:   none: rows that do not fit as above take step 4's kernels.
+          spills at 64 registers), rows up to 16 x 512 x 32 elements; step 6's shared memory
+          reaches 16 x 226 KB. A CTA lives for one row: 4,096 rows of 16 slices start 65,536
+          CTAs. 16-bit forward rows keep only 64 KB in flight per SM.
+Limits:   refused before launch: rows of 16,384 elements or fewer (step 5's), rows that are not
+          whole 16-byte vectors from 16-byte-aligned starts (`unaligned_rows`), rows that do
+          not cut into equal slices of whole vectors of at most 16,384 elements, 16 at most
+          (`uneven_register_slices`: fp32 16,388 or 262,151, bf16 50,000). Step 4 takes any
+          row, step 6 these long ones.
 Layout:   rows
+Min:      cols >= 16385
+Max:      unaligned_rows <= 0; uneven_register_slices <= 0
 */
 #include <cooperative_groups.h>
 
@@ -173,7 +178,7 @@ cudaError_t softmax_07_cluster_registers(const rosetta::SoftmaxArgs& a, cudaStre
     using T = decltype(tag);
     int ranks = 0, slice = 0;
     if (!plan_clusters<T>(cols, sm::rows_aligned(x, xs) && sm::rows_aligned(out, cols), ranks, slice)) {
-      return softmax_04_online(a, stream);  // 2 reads + 1 write
+      return cudaErrorInvalidValue;  // a row this step does not take: declared in its header, refused before launch
     }
     const auto kernel = softmax_cluster_registers<T>;
     return sm::launch_cluster_rows(kernel, rows, ranks, kThreads, 0, stream, [&](cudaLaunchConfig_t& c, int64_t first) {
@@ -189,7 +194,7 @@ cudaError_t softmax_07_cluster_registers_backward(const rosetta::SoftmaxBackward
     int ranks = 0, slice = 0;
     const bool aligned = sm::rows_aligned(y, ys) && sm::rows_aligned(dy, gs) && sm::rows_aligned(dx, cols);
     if (!plan_clusters<T>(cols, aligned, ranks, slice)) {
-      return softmax_04_online_backward(a, stream);  // 4 reads + 1 write
+      return cudaErrorInvalidValue;  // declared in the header, refused before launch
     }
     const auto kernel = backward_cluster_registers<T>;
     return sm::launch_cluster_rows(kernel, rows, ranks, kThreads, 0, stream, [&](cudaLaunchConfig_t& c, int64_t first) {

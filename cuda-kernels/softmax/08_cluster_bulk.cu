@@ -23,10 +23,13 @@ Still:    a CTA's copy lands whole before any thread starts, then three passes o
           and so do both backwards, which need y's and dy's slices (bf16 rows of 131,072: 3 CTAs
           of 64 KB per SM; fp32 rows of 262,144: one CTA of 128 KB, idle between its phases).
           Each CTA lives for one row; a persistent CTA copying the next row measured slower.
-Limits:   none: rows that are not whole 16-byte vectors from 16-byte-aligned starts, or that
-          need more than 16 CTAs of ~226 KB, take step 4's kernels; rows that step 5's register
-          tiles hold take them.
+Limits:   refused before launch: rows of 16,384 elements or fewer (step 5's), rows that are
+          not whole 16-byte vectors from 16-byte-aligned starts (`unaligned_rows`), rows that
+          need more than 16 CTAs of ~225 KB (`Max: row_bytes`, ~3.68 MB of x, or of y and dy).
+          Step 4 takes any row, step 6 long unaligned ones.
 Layout:   rows
+Min:      cols >= 16385
+Max:      unaligned_rows <= 0; row_bytes <= 3680000
 */
 #include <cooperative_groups.h>
 
@@ -167,7 +170,7 @@ cudaError_t softmax_08_cluster_bulk(const rosetta::SoftmaxArgs& a, cudaStream_t 
     using T = decltype(tag);
     int ranks = 0, slice = 0;
     if (!plan_clusters<T>(cols, 1, sm::rows_aligned(x, xs) && sm::rows_aligned(out, cols), ranks, slice)) {
-      return softmax_04_online(a, stream);  // 2 reads + 1 write
+      return cudaErrorInvalidValue;  // a row this step does not take: declared in its header, refused before launch
     }
     const auto kernel = softmax_cluster_bulk<T>;
     const size_t smem = size_t(slice) * sizeof(T);
@@ -184,7 +187,7 @@ cudaError_t softmax_08_cluster_bulk_backward(const rosetta::SoftmaxBackwardArgs&
     int ranks = 0, slice = 0;
     const bool aligned = sm::rows_aligned(y, ys) && sm::rows_aligned(dy, gs) && sm::rows_aligned(dx, cols);
     if (!plan_clusters<T>(cols, 2, aligned, ranks, slice)) {
-      return softmax_04_online_backward(a, stream);  // 4 reads + 1 write
+      return cudaErrorInvalidValue;  // declared in the header, refused before launch
     }
     const auto kernel = backward_cluster_bulk<T>;
     const size_t smem = 2 * size_t(slice) * sizeof(T);

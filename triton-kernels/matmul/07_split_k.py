@@ -1,0 +1,274 @@
+"""
+Step 7 — split-K for small M and K-heavy shapes
+Changed:  the K loop of a tile is cut into SPLIT_K slices that run as programs of their own: the
+          grid is (tiles, SPLIT_K), and program (t, s) multiplies tile t over K-steps
+          [s·k_steps / SPLIT_K, (s+1)·k_steps / SPLIT_K) with step 3's masked pointer loads and
+          tl.dot. With one slice it stores the tile as step 4 does; with several, each slice
+          stores its fp32 partial tile into a workspace (SPLIT_K x M x N) and a second kernel adds
+          the slices in the order 0, 1, 2, ... and converts: the same bits on every run, no
+          atomics. Tiles start at BLOCK_M = 16 (tl.dot's least), then 32, 64, 128; the tuner times
+          only the tiles whose BLOCK_M fits M's power-of-two bucket and keys on buckets of M, N
+          and K (one tuning serves M = 9..16). SPLIT_K is not tuned: the grid computes it from
+          the tile the tuner hands it (split_count: the fewest K-steps the busiest SM walks,
+          the partials' bytes counted), the kernel reads it back as tl.num_programs(1) and
+          leaves it in a 4-byte note for the reduction, so tile, split and reduction always agree.
+          Under TRITON_INTERPRET=1 (one "SM", nothing to fill) every shape with two or more
+          K-steps splits into min(k_steps, 4) slices, so the CPU tests run the reduction.
+Why:      M = 16 against a 4096 x 4096 bf16 weight is 2·16·4096·4096 = 0.54 GFLOP over 33.6 MB
+          of B (A and out: 0.13 MB each): 16 flop/byte, where the H100 turns compute-bound at
+          ~300 (990 TFLOP/s / 3.35 TB/s). The time is one read of B: 11 us at 3 TB/s, if all
+          132 SMs stream it. Steps 4-6 give M = 16 one row of tiles, N / 64 = 64 at most (32 at
+          128 wide): half the SMs or more idle and each busy one walks all of K alone (measured
+          0.62-0.74x cuBLAS against 4096 x 4096, 4096 x 14336, 14336 x 4096 and 8192 x 28672
+          weights). Here, 16 x 128 x 128 tiles: 32 tiles x 4 slices = 128 programs, each
+          streaming 8 K-steps (256 KB of B); the fp32 partials, 4·16·4096·4 = 1 MB, are written
+          once and read once: 2 MB, 6% of B's bytes. K-heavy fp32, 300 x 8192 x 300:
+          2·300·300·8192 = 1.47 GFLOP, FFMA-bound (22 us at 67 TFLOP/s), but 64 x 64 tiles are
+          25 programs (128 x 128: 9) for 132 SMs, each walking 256 K-steps (measured 0.22x);
+          split 5 ways, 125 programs walk 52 each. Where tiles fill the machine (4096^3: 1,024
+          tiles) the rule says 1 and nothing is added.
+Still:    the reduction is a second launch, ~2-3 us with its kernel boundary: a fifth of an
+          11 us call (an in-kernel fix-up, the last slice to finish adding the others, would
+          save it), and the tuner times the GEMM kernel without it; the rule counts one program
+          per SM at a time (co-resident programs share the SM, roughly); loads are masked
+          pointer loads by cp.async, not TMA, and a 16-bit K that is not a multiple of 16 breaks
+          their 16-byte vectors and the pipeline (as in steps 2-4); below M = 16 the 16-row
+          tile is mostly padding (mma.sync: wgmma's least M is 64), harmless while B's bytes
+          set the time.
+Limits:   the step is meant for problems of at most two waves of 128 x 128 output tiles on 132
+          SMs (`output_tiles <= 264`): larger ones are refused before launch and left to steps
+          4-5. The workspace, (most slices any tile could take) x M x N fp32, is allocated
+          per call from torch's caching allocator: 2 MB at 16 x 4096 x 4096, 59 MB at
+          128 x 8192 x 28672.
+Dtypes:   float32, float16, bfloat16
+Layout:   any
+Max:      output_tiles <= 264
+Mirrors:  CUDA step 14 (split-K on WGMMA)
+"""
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import wrap_triton
+
+from rosetta.ops.matmul import is_column_major
+from rosetta.triton_kernels.common import INTERPRET, sm_count, tuned
+from rosetta.triton_kernels.tma import tile_coords
+
+MIN_SLICE_STEPS = 4  # a slice keeps >= 4 BLOCK_K-steps, so the 3-5 stage pipeline is not all fill
+MAX_SPLIT = 32  # partials an output adds up at most
+REDUCE_LAUNCH_STEPS = 2  # the reduction's launch and kernel boundary (~2-3 us), in K-steps of ~1 us
+INTERPRET_SPLIT = 4  # slices under the interpreter: enough to exercise the reduction's order
+REDUCE_ELEMENTS = 1024  # outputs per reduction program: 8 per thread on 4 warps
+
+
+def config(bm, bn, bk, warps, stages):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                         num_warps=warps, num_stages=stages)
+
+
+# BLOCK_K 16 so the CPU's small shapes have several K-steps to split
+INTERPRET_CONFIG = config(16, 32, 16, 4, 1)
+# 16-bit: memory-bound below M ~ 300 at these N, K; long BLOCK_K (128) and 3-4 stages keep
+# 60-150 KB of loads in flight per program (sm_90 compile: (BM + BN)·BK·2 bytes a buffer, 3-4
+# buffers; the largest, 64 x 128 x 128 and 128 x 256 x 64 at 3 stages, 147 KB of the 227 KB).
+HALF_CONFIGS = tuned([config(*c) for c in [
+    (16, 64, 128, 4, 4),
+    (16, 128, 128, 4, 4),
+    (16, 128, 64, 4, 5),
+    (16, 256, 64, 4, 4),
+    (32, 64, 128, 4, 4),
+    (32, 128, 128, 4, 4),
+    (32, 128, 64, 4, 4),
+    (32, 256, 64, 8, 3),
+    (64, 64, 128, 4, 4),
+    (64, 128, 64, 4, 4),
+    (64, 128, 128, 4, 3),
+    (64, 256, 64, 8, 3),
+    (128, 64, 64, 4, 4),
+    (128, 128, 64, 8, 4),
+    (128, 256, 64, 8, 3),
+]], INTERPRET_CONFIG)
+# fp32 ieee = FFMA from shared memory: register-bound as in step 4 (<= 64 accumulators a thread)
+FP32_CONFIGS = tuned([config(*c) for c in [
+    (16, 64, 32, 4, 4),
+    (16, 128, 32, 4, 4),
+    (32, 64, 32, 4, 4),
+    (32, 128, 32, 4, 4),
+    (64, 64, 32, 4, 4),
+    (64, 64, 32, 8, 3),
+    (64, 128, 32, 8, 3),
+    (128, 64, 32, 8, 3),
+    (128, 128, 32, 8, 3),
+]], INTERPRET_CONFIG)
+
+
+def m_bucket(m):
+    """M's tuning bucket and the tile height for it: 16 (tl.dot's least), 32, 64, 128, then powers of two."""
+    return max(16, triton.next_power_of_2(m))
+
+
+def tiles_fitting_m(configs, named_args, **kwargs):
+    """The tuner's pruning: BLOCK_M = M's bucket for M <= 128 (a taller tile only multiplies
+    padding), BLOCK_M 64 or 128 above. Never empty: a list forced by a test is kept."""
+    m = m_bucket(named_args["M"])
+    fit = [c for c in configs if (c.kwargs["BLOCK_M"] == m if m <= 128 else c.kwargs["BLOCK_M"] >= 64)]
+    return fit or configs
+
+
+@functools.lru_cache(maxsize=4096)  # the launch asks for every config on every call: keep it cheap
+def split_count(M, N, K, block_m, block_n, block_k, itemsize, sms):
+    """SPLIT_K for one tile shape: the S (1..32, each slice >= 4 K-steps) that gives the shortest
+    time, counted in K-steps of the busiest SM, one program per SM at a time:
+      cdiv(tiles·S, sms) waves x cdiv(k_steps, S) steps,
+      + for S > 1, per wave, the fp32 partial tile's store (BM·BN·4 bytes, in units of one
+        K-step's (BM + BN)·BK·itemsize bytes of loads),
+      + the reduction's read of S·M·N·4 bytes shared by all SMs, and its launch.
+    Ties go to the smaller S. Many tiles (>= ~1 wave) give S = 1."""
+    k_steps = triton.cdiv(K, block_k)
+    if INTERPRET:  # one "SM": nothing to fill; split anyway so the CPU tests run the reduction
+        return max(1, min(k_steps, INTERPRET_SPLIT))
+    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+    step_bytes = (block_m + block_n) * block_k * itemsize
+    best, best_cost = 1, None
+    for s in range(1, max(1, min(MAX_SPLIT, k_steps // MIN_SLICE_STEPS)) + 1):
+        waves = triton.cdiv(tiles * s, sms)
+        cost = waves * triton.cdiv(k_steps, s)
+        if s > 1:
+            cost += waves * block_m * block_n * 4 / step_bytes + s * M * N * 4 / (sms * step_bytes) \
+                + REDUCE_LAUNCH_STEPS
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+    return best
+
+
+@triton.jit
+def matmul_split_k_kernel(
+    a_ptr,  # A, M x K, any strides
+    b_ptr,  # B, K x N, any strides
+    out_ptr,  # out, M x N, unit column stride, same dtype as A: written here when the grid has one slice
+    part_ptr,  # float32[slices, M, N] workspace: slice s's partial product (unread with one slice)
+    note_ptr,  # int32[1]: the slice count of this launch, for the reduction kernel
+    M, N, K,
+    stride_am, stride_ak,  # A's strides in elements
+    stride_bk, stride_bn,  # B's strides in elements
+    stride_om,  # out's row stride (its column stride is 1)
+    stride_ps,  # the workspace's slice stride, M·N (its rows are N long)
+    M_KEY, N_KEY, K_KEY, B_COLS,  # the autotuner's key only: buckets of M, N, K and B's major-ness
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    s = tl.program_id(1)
+    slices = tl.num_programs(1)  # SPLIT_K is the grid's second dimension, chosen per tile shape
+    pid_m, pid_n = tile_coords(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64: rows x stride > 2^31
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    # This slice's K-steps: an even share (slices <= k_steps, so none is empty). int64: s x
+    # k_steps and k x stride can pass 2^31 for long K or a transposed operand.
+    k_steps = tl.cdiv(K, BLOCK_K)
+    k_lo = s.to(tl.int64) * k_steps // slices
+    k_hi = (s + 1).to(tl.int64) * k_steps // slices
+    ks = k_lo * BLOCK_K + tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+    a_step = tl.full([], BLOCK_K, tl.int64) * stride_ak  # int64 pointer steps (stride_ak may be M)
+    b_step = tl.full([], BLOCK_K, tl.int64) * stride_bk
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # K == 0: one slice, zero iterations, and the zero accumulator is stored to out
+    for k in range(k_lo, k_hi):
+        k_ok = tl.arange(0, BLOCK_K) < K - k * BLOCK_K  # only the last K-step is partial
+        # other=0.0 on both operands: a padded k adds 0 x 0, a padded row/col is never stored
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        # "ieee": fp32 operands stay fp32 (FFMA, no TF32); 16-bit operands still use the tensor cores
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += a_step
+        b_ptrs += b_step
+    mask = row_ok[:, None] & col_ok[None, :]
+    if slices == 1:  # the whole K range: nothing to add up, store as step 4
+        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(out_ptr.dtype.element_ty),
+                 mask=mask)
+    else:  # a partial sum, kept in fp32 until the reduction has added every slice
+        tl.store(part_ptr + s.to(tl.int64) * stride_ps + rows[:, None] * N + cols[None, :], acc, mask=mask)
+    if (tile == 0) & (s == 0):
+        tl.store(note_ptr, slices)
+
+
+@triton.jit
+def split_k_reduce_kernel(
+    part_ptr,  # float32[slices, M, N]: the GEMM's partial products
+    note_ptr,  # int32[1]: slices the GEMM used; 1 means it wrote out itself and there is nothing to do
+    out_ptr,  # out, M x N, unit column stride
+    M, N,
+    stride_ps,  # the workspace's slice stride, M·N
+    stride_om,  # out's row stride
+    BLOCK_R: tl.constexpr,  # rows per program: min(8, M), so M = 1 wastes no lanes
+    BLOCK_C: tl.constexpr,  # columns per program: BLOCK_R x BLOCK_C = 1024 outputs
+):
+    slices = tl.load(note_ptr)
+    if slices > 1:
+        pid = tl.program_id(0)
+        num_c = tl.cdiv(N, BLOCK_C)
+        rows = (pid // num_c).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+        cols = (pid % num_c).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
+        mask = (rows < M)[:, None] & (cols < N)[None, :]
+        parts = part_ptr + rows[:, None] * N + cols[None, :]
+        acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
+        # slice 0 first, then 1, 2, ...: a fixed order of fp32 adds, so every run gives the same bits
+        for _ in range(0, slices):
+            acc += tl.load(parts, mask=mask, other=0.0)
+            parts += stride_ps
+        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(out_ptr.dtype.element_ty),
+                 mask=mask)
+
+
+# one kernel under two tuners (as step 4): fp32 and 16-bit want different tiles; the tuner's key
+# adds the tensor arguments' dtypes, so fp16 and bf16 are tuned apart
+KEY = ["M_KEY", "N_KEY", "K_KEY", "B_COLS"]
+PRUNE = {"early_config_prune": tiles_fitting_m}
+matmul_split_k_fp32 = triton.autotune(configs=FP32_CONFIGS, key=KEY, prune_configs_by=PRUNE)(matmul_split_k_kernel)
+matmul_split_k_half = triton.autotune(configs=HALF_CONFIGS, key=KEY, prune_configs_by=PRUNE)(matmul_split_k_kernel)
+
+
+def launch(a, b, out, split_k=None):
+    """split_k: that many slices (at most one per K-step) for every tile, instead of the rule:
+    an ablation (split_k=1 is this step without the split) and a way to force the reduction."""
+    M, K = a.shape
+    N = b.shape[1]
+    if M == 0 or N == 0:
+        return
+    kernel = matmul_split_k_fp32 if a.dtype == torch.float32 else matmul_split_k_half
+    sms = sm_count(a.device)
+
+    # cached per shape; torch.compile's dynamic shapes (SymInts) do not hash: those compute it
+    rule = split_count if isinstance(M * N * K, int) else split_count.__wrapped__
+
+    def slices(block_m, block_n, block_k):
+        if split_k is not None:
+            return max(1, min(split_k, triton.cdiv(K, block_k)))
+        return rule(M, N, K, block_m, block_n, block_k, a.element_size(), sms)
+
+    # The tuner's pick is known only inside the launch, so the workspace is sized for the most
+    # slices any config it may pick could take: the pruned list, or a lone config unpruned, as
+    # the tuner does (read now: a test may have narrowed the list).
+    configs = kernel.configs if len(kernel.configs) == 1 else tiles_fitting_m(kernel.configs, {"M": M})
+    most = max(slices(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in configs)
+    part = torch.empty((most, M, N) if most > 1 else (1, 1, 1), dtype=torch.float32, device=a.device)
+    note = torch.empty(1, dtype=torch.int32, device=a.device)
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),  # noqa: E731
+                         slices(meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]))
+    wrap_triton(kernel)[grid](
+        a, b, out, part, note, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), part.stride(0),
+        m_bucket(M), triton.next_power_of_2(N), triton.next_power_of_2(K), int(is_column_major(b)))
+    if most > 1:  # some tile may split (the launch's own tile may not: then the reduction returns at once)
+        block_r = min(8, triton.next_power_of_2(M))
+        block_c = REDUCE_ELEMENTS // block_r
+        wrap_triton(split_k_reduce_kernel)[(triton.cdiv(M, block_r) * triton.cdiv(N, block_c),)](
+            part, note, out, M, N, part.stride(0), out.stride(0), BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
