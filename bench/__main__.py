@@ -29,6 +29,8 @@ def parse_args(argv=None):
     p.add_argument("--suite", action="store_true",
                    help="only the shape suite of the selected ops: every step on the shapes users bring, "
                         "the dispatch table step=None reads (dispatch.json), suite.md and heatmaps")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), action="append",
+                   help="with --suite: only the cases of this dtype (a suite in several device calls)")
     p.add_argument("--overhead", action="store_true",
                    help="only the host cost per call: torch, each backend's public call and the layers under it")
     return p.parse_args(argv)
@@ -80,8 +82,9 @@ def gpu_main(args) -> int:
     if args.suite:
         from . import shape_suite
 
+        dtypes = [getattr(torch, d) for d in args.dtype] if args.dtype else None
         rows = shape_suite.run(ops, torch.Generator(device="cuda").manual_seed(0), limits,
-                               timing.Flush("read"), env, out_dir)
+                               timing.Flush("read"), env, out_dir, dtypes)
         failed = sorted({r["label"] for r in rows if r["backend"] in rosetta.BACKENDS
                          and (r["status"] == "wrong" or r["status"].startswith("error"))})
         print(f"suite: {len(rows)} rows in {time.monotonic() - start:.0f} s" + (f"; FAILED: {failed}" if failed else ""))

@@ -16,7 +16,7 @@ import time
 import torch
 
 import rosetta
-from rosetta import dispatch_table
+from rosetta import calls, dispatch_table
 from rosetta.ops import SPECS
 
 from . import results, suite, suite_report
@@ -26,9 +26,11 @@ EAGER_MIN_MS = 20.0  # an eager loop runs at least this long
 EAGER_MAX_CALLS = 2000
 
 
-def plan(ops) -> list[suite.Group]:
+def plan(ops, dtypes=None) -> list[suite.Group]:
+    """The suite's cases of `ops` (only those of `dtypes`, if given), forward."""
     return [suite.Group(op, "forward", dtype, shape, "suite")
-            for op in ops if SPECS[op].suite for shape, dtype in SPECS[op].suite.cases]
+            for op in ops if SPECS[op].suite for shape, dtype in SPECS[op].suite.cases
+            if dtypes is None or dtype in dtypes]
 
 
 def subjects(op: str, dtype) -> list:
@@ -106,27 +108,30 @@ def eager_rows(group: suite.Group, gen, sha: str) -> list[dict]:
     return rows
 
 
-def run(ops, gen, limits, flush, env: dict, out_dir) -> list[dict]:
-    groups = plan(ops)
+def run(ops, gen, limits, flush, env: dict, out_dir, dtypes=None) -> list[dict]:
+    """Time the cases of `ops` (of `dtypes`, if given) and rewrite suite.csv with them, keeping the
+    rows of every other case (written after each case: an interrupted run keeps what it measured);
+    then the dispatch table from all of suite.csv, then the eager calls under that table."""
+    groups = plan(ops, dtypes)
     per_group = {g: [s for s in subjects(g.op, g.dtype) if suite.takes(s, g)] for g in groups}
     progress = suite.Progress(sum(len(s) for s in per_group.values()))
+    path = out_dir / "suite.csv"
+    mine = {(g.op, str(g.dtype).removeprefix("torch."), suite.shape_str(g.shape)) for g in groups}
+    kept = [r for r in results.read_rows(path) if (r["op"], r["dtype"], r["shape"]) not in mine]
     rows = []
     for group, subs in per_group.items():
         rows += suite.run_group(group, subs, gen, limits, flush, progress, env["git_sha"])
+        results.write_rows(path, kept + rows, replace_all=True)
         torch.cuda.empty_cache()
-    previous = dispatch_table.read(out_dir / dispatch_table.TABLE_NAME)
-    kept = [e for e in (previous.entries if previous else ()) if e.op not in ops]  # other ops' cases
-    dispatch_table.write(out_dir / dispatch_table.TABLE_NAME, env["gpu"], env["git_sha"],
-                         kept + table_entries(rows))
+    table_path = out_dir / dispatch_table.TABLE_NAME
+    dispatch_table.write(table_path, env["gpu"], env["git_sha"], table_entries(kept + rows))
     dispatch_table.forget()
-    rosetta.calls.forget()  # choices cached under the old table
+    calls.forget()  # choices cached under the old table
     print(f"wrote {dispatch_table.TABLE_NAME}; timing the public calls eagerly", flush=True)
     for group in groups:
         rows += eager_rows(group, gen, env["git_sha"])
         torch.cuda.empty_cache()
-    path = out_dir / "suite.csv"
-    earlier = [r for r in results.read_rows(path) if r["op"] not in ops]
-    all_rows = results.write_rows(path, earlier + rows, replace_all=True)
+    all_rows = results.write_rows(path, kept + rows, replace_all=True)
     suite_report.write(out_dir, all_rows)
-    print(suite_report.summary_table(all_rows, dispatch_table.read(out_dir / dispatch_table.TABLE_NAME)))
+    print(suite_report.summary_table(all_rows, dispatch_table.read(table_path)))
     return rows

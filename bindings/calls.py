@@ -72,6 +72,7 @@ def prepare(op: str, backend: str, step: int | None, inputs: tuple, grad: bool):
     """The callable a signature runs: step chosen and inputs checked here, once."""
     v = registry.select(op, backend, step, inputs[0].dtype if inputs else None, inputs)
     dispatch.check_inputs(v, "forward", inputs)
+    torch_ops.op(v)  # registered now, in eager: torch.compile may trace this step later
     if grad and SPECS[op].autograd:
         return differentiable(v)
     return direct(v, "forward", inputs)
@@ -79,13 +80,20 @@ def prepare(op: str, backend: str, step: int | None, inputs: tuple, grad: bool):
 
 def direct(v, direction: str, inputs: tuple | None = None):
     """(*inputs) -> output through the step's kernel, no torch op around it. Given example
-    `inputs`, whether any must be copied into the step's layout is decided once from them (the
-    signature fixes their strides); without, every call asks (kernel_inputs)."""
+    `inputs`, whether any must be copied into the step's layout, and whether the kernel's view of
+    the tensors is the tensors themselves, is decided once from them (the signature fixes their
+    shapes and strides); without, every call asks (kernel_inputs)."""
     spec = SPECS[v.op]
     allocate = spec.directions()[direction].allocate
     raw = torch_ops.raw_launcher(v, direction)
     view = spec.kernel_view
     as_is = inputs is not None and all(_viewable(view, t) and fits_layout(view(t)[0], v.layout) for t in inputs)
+    if as_is and all(view(t)[0].shape == t.shape for t in (*inputs, allocate(*inputs))):
+        def run_plain(*tensors):  # the kernel takes the tensors as they are (e.g. 2-D softmax rows)
+            out = allocate(*tensors)
+            raw(*tensors, out)
+            return out
+        return run_plain
 
     def run(*tensors):
         views = view(*tensors) if as_is else torch_ops.kernel_inputs(v, direction, tensors)[0]

@@ -109,6 +109,8 @@ def breaking_shape(quantity: str, relation: str, limit: int, dtype) -> tuple:
         return (2, limit + 1) if relation == "<=" else (2, limit - 1)
     if quantity == "row_bytes":  # one row past the bytes, in whole 64-element vectors
         return (2, (limit // size // 64 + 1) * 64)
+    if quantity == "output_tiles":  # 16 x 32 tiles of 128 x 128
+        return (2048, 64, 4096)
     return {"tma_unaligned": (16, 33, 16),  # K = 33: 66-byte rows
             "unaligned_rows": (2, 16387),  # past step 5's rows, not whole 16-byte vectors
             "uneven_register_slices": (2, 16388)}[quantity]  # 2 slices of 8,194: not whole fp32 vectors
@@ -121,8 +123,11 @@ BOUNDS = [(v, q, rel, limit) for v in VARIANTS
 @pytest.mark.parametrize("v,quantity,relation,limit", BOUNDS,
                          ids=lambda p: getattr(p, "label", str(p)))
 def test_declared_limit_raises_naming_the_steps_that_take_it(gen, v, quantity, relation, limit):
-    shape = breaking_shape(quantity, relation, limit, v.dtypes[0])
-    inputs = make_inputs(v.op, shape, v.dtypes[0], GPU, gen)
+    if quantity == "tma_out_unaligned":  # b column-major, which TMA reads; out's rows 126 bytes
+        a, b = make_inputs(v.op, (16, 32, 63), v.dtypes[0], GPU, gen)
+        inputs = (a, b.t().contiguous().t())
+    else:
+        inputs = make_inputs(v.op, breaking_shape(quantity, relation, limit, v.dtypes[0]), v.dtypes[0], GPU, gen)
     with pytest.raises(ValueError, match=rf"{quantity} {relation} {limit}, got {quantity} = \d+.*; .* steps \d"):
         v(*inputs)
 
