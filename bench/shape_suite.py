@@ -34,10 +34,12 @@ def plan(ops, dtypes=None) -> list[suite.Group]:
 
 
 def subjects(op: str, dtype) -> list:
-    """torch eager, then every step of each backend that takes dtype (a step with a declared
-    hazard is left out: step=None never runs it)."""
+    """torch eager, then every step of each backend that takes dtype, the last (most optimized)
+    first, so that the slow-step cut (bench.suite.SUITE_SLOWER) meets the early rungs after a
+    fast one. A step with a declared hazard is left out: step=None never runs it."""
     eager = [t for t in tiers(op) if t.name == "eager"]
-    return eager + [v for v in rosetta.variants(op) if dtype in v.dtypes and not v.hazard]
+    return eager + [v for b in rosetta.BACKENDS for v in reversed(rosetta.variants(op, b))
+                    if dtype in v.dtypes and not v.hazard]
 
 
 def table_entries(rows: list[dict]) -> list[dispatch_table.Entry]:

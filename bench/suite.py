@@ -112,7 +112,7 @@ def call_ms(fn) -> float:
     return start.elapsed_time(end)
 
 
-SUITE_SLOWER = 4.0  # in the suite, a call this many times the group's fastest one is not timed
+SUITE_SLOWER = 4.0  # in the suite, a step this many times its backend's fastest one is not timed
 
 
 def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress: Progress, sha: str) -> list[dict]:
@@ -142,7 +142,7 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     out_bytes = reference.numel() * group.dtype.itemsize  # one call's output
     budget = torch.cuda.mem_get_info()[0] // 4
     rows, turn = [], []  # turn: the (subject, row, launches) of right answers waiting to be timed
-    fastest = [math.inf]  # the group's quickest single call so far (the suite's slow-step cut)
+    fastest = {}  # backend -> its quickest replay so far in this group (the suite's slow-step cut)
 
     def time_turn():
         times = timing.measure_in_turns([launches for _, _, launches in turn], flush)
@@ -177,11 +177,12 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     return rows
 
 
-def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, fastest: list | None = None):
+def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, fastest: dict | None = None):
     """The subject's launch on `inputs` (direction `d` of the group's op) when its answer is right
     and it is to be timed; else None, with the row's status saying why (refused, error, wrong, or
-    too slow for this shape: at a headline, slower than the spec's slow_call_ms; in the suite,
-    SUITE_SLOWER times the group's fastest single call so far, `fastest[0]`, which it updates)."""
+    too slow for this shape: at a headline, a first call slower than the spec's slow_call_ms; in
+    the suite, a step whose graph replay takes SUITE_SLOWER times its backend's fastest so far,
+    `fastest`, which this updates: it cannot be the one step=None picks)."""
     tolerance = d.tolerance[group.dtype]
     try:
         launch, copied = placement(subject, group, d, inputs)
@@ -201,18 +202,25 @@ def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, f
         torch.cuda.synchronize()
         return None
     row["error"] = err
-    one_call = call_ms(launch)
     if not err <= tolerance:
         row["status"] = "wrong"
-    elif group.role == "headline" and one_call > SPECS[group.op].slow_call_ms:
-        row["status"] = f"slow: {one_call:.0f} ms a call, timed at smaller shapes"
-    elif group.role == "suite" and fastest and one_call > SUITE_SLOWER * fastest[0]:
-        row["status"] = f"slow: {one_call / fastest[0]:.0f}x the fastest call here, not timed"
-    else:
-        if fastest:
-            fastest[0] = min(fastest[0], one_call)
+        return None
+    if group.role == "suite" and fastest is not None:
+        # the kernel's own time, from a graph (a first call's event time also holds the host's
+        # launch path: tens of us for an autotuned Triton launch, more than a small GEMM takes)
+        replay, _ = timing.graph_or_calls(launch)
+        one_call = timing.estimate(replay, None)
+        best = fastest.get(subject.backend, math.inf)
+        if one_call > SUITE_SLOWER * best:
+            row["status"] = f"slow: {one_call / best:.0f}x the fastest {subject.backend} step here, not timed"
+            return None
+        fastest[subject.backend] = min(best, one_call)
         return launch
-    return None
+    one_call = call_ms(launch)
+    if group.role == "headline" and one_call > SPECS[group.op].slow_call_ms:
+        row["status"] = f"slow: {one_call:.0f} ms a call, timed at smaller shapes"
+        return None
+    return launch
 
 
 def placement(subject, group: Group, d, inputs: tuple):
