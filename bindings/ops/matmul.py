@@ -173,6 +173,9 @@ SPEC = OpSpec(
         Headline((3000, 3000, 3000), (*FP32, *HALF), "odd: no tile divides it"),
         Headline((4097, 4095, 4099), FP32, "odd: one past / short of every power of two"),
         Headline((5120, 1536, 3072), HALF, "an LLM projection"),
+        # where the tile ladder loses (the shape suite): split-K's steps, CUDA step 8's small tiles
+        Headline((16, 4096, 14336), (torch.bfloat16,), "decode: 16 tokens x a Llama-3 8B MLP weight, a stream of B"),
+        Headline((300, 8192, 300), FP32, "K-heavy: 9 output tiles of 128 x 128"),
     ),
     sweep=tuple((n, n, n) for n in (256, 1024, 2048, 4096, 8192)),
     sweep_dtype=torch.float32,
