@@ -91,7 +91,29 @@ def readme_blocks(folder) -> dict:
     sanitize = folder / "sanitize.md"
     if sanitize.exists():
         blocks["sanitize"] = f"[{rel}/sanitize.md]({rel}/sanitize.md): " + _sanitize_total(sanitize.read_text())
+    if (folder / "suite.csv").exists():
+        blocks["suite"] = suite_block(folder, rel)
+    overhead = folder / "overhead.md"
+    if overhead.exists():
+        table = "\n".join(line for line in overhead.read_text().splitlines() if line.startswith("|"))
+        env_line = next((line for line in overhead.read_text().splitlines() if line.startswith("Generated")), "")
+        blocks["overhead"] = env_line + "\n\n" + table
     return blocks
+
+
+def suite_block(folder, rel) -> str:
+    """The shape suite's summary, with the heatmaps and a link to every case."""
+    from rosetta import dispatch_table
+
+    from . import suite_report
+
+    rows = results.read_rows(folder / "suite.csv")
+    table = dispatch_table.read(folder / dispatch_table.TABLE_NAME)
+    maps = [f"![{op} suite]({rel}/plots/suite_{op}.png)" for op in rosetta.OPS
+            if (folder / "plots" / f"suite_{op}.png").exists()]
+    return (suite_report.summary_table(rows, table) + f"\n\nEvery case, step by step: "
+            f"[{rel}/suite.md]({rel}/suite.md); the table step=None reads: "
+            f"[{rel}/{dispatch_table.TABLE_NAME}]({rel}/{dispatch_table.TABLE_NAME}).\n\n" + "\n".join(maps))
 
 
 def _sanitize_total(text: str) -> str:
@@ -130,6 +152,10 @@ def regenerate() -> None:
             from rosetta.survey.roofline import plot as roofline
 
             roofline(json.loads(hw.read_text()), rows, folder / "plots" / "roofline.png")
+        if (folder / "suite.csv").exists():
+            from . import suite_report
+
+            suite_report.write(folder, results.read_rows(folder / "suite.csv"))
     update_docs()
 
 

@@ -11,6 +11,7 @@ between a table answer and the no-table rule is registry.decide's job.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -77,7 +78,7 @@ class Entry:
                    tuple((int(s), float(ms)) for s, ms in d["ranking"]))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: nearest_case's cache keys on it
 class Table:
     gpu: str
     git_sha: str
@@ -86,11 +87,14 @@ class Table:
     def nearest(self, op: str, backend: str, dtype, inputs: tuple) -> tuple[Entry, float, bool] | None:
         """(entry, distance, same layout class) of the measured case nearest to the call, or None
         when nothing was measured for this op, backend and dtype."""
-        name = dtype_label(dtype)
-        mine = [e for e in self.entries if e.op == op and e.backend == backend and e.dtype == name]
+        return self.nearest_case(op, backend, dtype_label(dtype), SPECS[op].problem_shape(*inputs),
+                                 layout_class(inputs))
+
+    @functools.lru_cache(maxsize=4096)  # a new call signature looks its class up once
+    def nearest_case(self, op: str, backend: str, dtype: str, shape: tuple, cls: str):
+        mine = [e for e in self.entries if e.op == op and e.backend == backend and e.dtype == dtype]
         if not mine:
             return None
-        shape, cls = SPECS[op].problem_shape(*inputs), layout_class(inputs)
         same = [e for e in mine if e.layout == cls]
         best = min(same or mine, key=lambda e: distance(e.shape, shape))
         return best, distance(best.shape, shape), bool(same)
