@@ -33,14 +33,16 @@ Still:    since S ~ SMs / tiles, the partials are about SMs x tile area x 4 byte
           partial wave (M = 16, N = 28672: 224 tiles = 132 + 92 blocks); stream-K would even
           them out. At M = 16 a 64-row tile computes 75% zero rows (free while memory-bound),
           and at large M 128 x 128 blocks read more from L2 per flop than step 13's pairs.
-Limits:   as step 11: each of A and B needs one unit stride and the copy engine's alignment
-          (16-byte aligned base, the other stride a multiple of 8 elements); other inputs are
-          refused before launch (step 10 takes them). The step is meant for problems of at most
+Limits:   each of A and B needs one unit stride (row- or column-major; the dispatcher copies
+          others). An operand the copy engine cannot read as it is (a leading stride that is not
+          a multiple of 8 elements, or a start off 16 bytes: an odd K or N) is first copied into
+          16-byte-aligned rows in the workspace by the step's own repack kernel, inside the step's
+          time: one read and one write of that operand. The step is meant for problems of at most
           two waves of 128 x 128 output tiles on 132 SMs (`output_tiles <= 264`): larger ones are
           refused before launch and left to steps 9-13. M, N, K < 2^31.
 Dtypes:   bfloat16, float16
 Layout:   rows_or_cols
-Max:      tma_unaligned <= 0; output_tiles <= 264
+Max:      output_tiles <= 264
 */
 #include "hopper.cuh"
 
@@ -278,6 +280,47 @@ cudaError_t launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const r
                             count, vec);
 }
 
+// An operand the copy engine cannot describe (its leading stride not a multiple of 16 bytes, or its
+// start off a 16-byte boundary: an odd K or N) is first copied into rows that are: the same
+// major-ness, the leading stride rounded up to 8 elements, in the workspace. One read and one write
+// of that operand, ~2 x 4.9 MB for B at 300 x 8192 x 300 (a few us at DRAM speed), where no TMA
+// step could run at all. Block (x, y): 256 consecutive elements of rows y, y + gridDim.y, ...
+template <typename T>
+__global__ void __launch_bounds__(256)
+repack_rows(const T* __restrict__ src, int64_t outer, int64_t inner, int64_t src_stride, T* __restrict__ dst,
+            int64_t pitch) {
+  const int64_t j = blockIdx.x * 256 + threadIdx.x;
+  if (j >= inner) return;
+  for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) dst[o * pitch + j] = src[o * src_stride + j];
+}
+
+// x (row- or column-major, as the step's layout declares) as a copy the copy engine can read.
+template <typename T>
+rosetta::Tensor tma_readable_copy(const rosetta::Tensor& x, const rosetta::Workspace& workspace, cudaStream_t stream) {
+  const int outer_dim = x.stride[1] == 1 ? 0 : 1;  // row-major: rows are the outer index
+  const int64_t outer = x.size[outer_dim], inner = x.size[1 - outer_dim];
+  const int64_t pitch = rosetta::ceil_div(inner, 8) * 8;  // 8 16-bit elements = 16 bytes
+  T* const dst = workspace.get<T>(outer * pitch);
+  const dim3 grid{unsigned(rosetta::ceil_div(inner, 256)), unsigned(std::min<int64_t>(outer, 65535))};
+  repack_rows<T><<<grid, 256, 0, stream>>>(x.ptr<const T>(), outer, inner, x.stride[outer_dim], dst, pitch);
+  rosetta::Tensor copy = x;
+  copy.data = dst;
+  copy.stride[outer_dim] = pitch;
+  copy.stride[1 - outer_dim] = 1;
+  return copy;
+}
+
+// A and B's tensor maps, through a readable copy where the operand itself cannot be described.
+template <typename T>
+bool tma_operands(sm90::TmaOperand& a, sm90::TmaOperand& b, const rosetta::MatmulArgs& args, int a_box_rows,
+                  cudaStream_t stream) {
+  if (!sm90::make_tma_operand<T>(a, args.a, false, a_box_rows) &&
+      !sm90::make_tma_operand<T>(a, tma_readable_copy<T>(args.a, args.workspace, stream), false, a_box_rows))
+    return false;
+  return sm90::make_tma_operand<T>(b, args.b, true, kBN) ||
+         sm90::make_tma_operand<T>(b, tma_readable_copy<T>(args.b, args.workspace, stream), true, kBN);
+}
+
 }  // namespace
 
 cudaError_t matmul_14_split_k(const rosetta::MatmulArgs& args, cudaStream_t stream) {
@@ -287,8 +330,7 @@ cudaError_t matmul_14_split_k(const rosetta::MatmulArgs& args, cudaStream_t stre
     // for nothing. Above, 128 rows halve the times each B tile is read (from L2) per row of out.
     const int consumers = M <= 64 ? 1 : 2;
     sm90::TmaOperand a, b;
-    if (!sm90::make_tma_operand<T>(a, args.a, false, 64 * consumers) || !sm90::make_tma_operand<T>(b, args.b, true, kBN))
-      return cudaErrorInvalidValue;
+    if (!tma_operands<T>(a, b, args, 64 * consumers, stream)) return cudaErrorInvalidValue;
     cudaError_t status = cudaSuccess;
     sm90::with_majors(a.mn_major, b.mn_major, [&](auto mn_a, auto mn_b) {
       status = consumers == 1 ? launch<T, 1, mn_a, mn_b>(a, b, args, M, N, K, stream)
