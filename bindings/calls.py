@@ -57,7 +57,6 @@ def registered_call(op: str, backend: str, step: int | None, inputs: tuple):
     return dispatch.run(registry.select(op, backend, step, dtype, inputs), "forward", inputs)
 
 
-@torch._dynamo.assume_constant_result
 def traced_choice(op: str, backend: str, dtype, shapes: tuple, strides: tuple, device: str, grad: bool) -> int:
     """step=None's choice while torch.compile traces, made as in eager (the measured table) but
     from shapes and strides alone: traced tensors have no data, so the choice is made on empty
@@ -66,6 +65,12 @@ def traced_choice(op: str, backend: str, dtype, shapes: tuple, strides: tuple, d
     metas = tuple(torch.empty_strided(s, st, dtype=dtype, device="meta").requires_grad_(grad)
                   for s, st in zip(shapes, strides))
     return registry.decide(op, backend, dtype, metas, device=torch.device(device)).variant.step
+
+
+# What torch._dynamo.assume_constant_result(traced_choice) does, without importing torch._dynamo at
+# `import rosetta` (it pulls in Inductor and Triton, ~1 s, and Triton must not be imported before
+# TRITON_INTERPRET is set, as `make bench` sets it on a machine with no GPU).
+traced_choice._dynamo_marked_constant = True
 
 
 def prepare(op: str, backend: str, step: int | None, inputs: tuple, grad: bool):

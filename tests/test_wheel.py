@@ -27,6 +27,16 @@ def wheel(tmp_path_factory):
     return path
 
 
+def test_every_kernel_folder_is_a_declared_package():
+    """pyproject lists each kernel folder as a (data) package: one missing is shipped with a
+    setuptools warning at every install, or not at all."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    declared = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {f"rosetta.{root.replace('-', '_')}.{sub.name}" for root in ("cuda-kernels", "triton-kernels")
+               for sub in (REPO / root).iterdir() if sub.is_dir() and not sub.name.startswith(("_", "."))}
+    assert on_disk <= declared, f"declare these in pyproject.toml's packages: {sorted(on_disk - declared)}"
+
+
 def test_wheel_ships_what_the_registry_reads(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for v in rosetta.variants():

@@ -202,6 +202,7 @@ SPEC = OpSpec(
         (40, 1, 24),  # K = 1
         (5, 0, 6),  # K = 0: zeros
         (0, 16, 8),  # M = 0
+        (24, 16, 8),  # 16-bit rows in whole 16 bytes: what the TMA steps take (their one CPU check)
     ),
     slow_call_ms=150.0,
     problem=lambda a, b: (a.shape[0], a.shape[1], b.shape[1]),
