@@ -132,11 +132,12 @@ def plot_name(op: str, direction: str, shape: str = "", dtype: str = "", kind: s
     return "_".join(parts + [kind]) + ".png"
 
 
-def op_tables(rows, op, folder, level="####") -> str:
-    """Every ladder table of an op, each followed by its plot, then the sweep plots."""
+def op_tables(rows, op, folder, level="####", base=None) -> str:
+    """Every ladder table of an op, each followed by its plot, then the sweep plots; links relative
+    to `base` (the folder of the file they go in; the repository's root by default)."""
     from rosetta.registry import REPO
 
-    rel = Path(os.path.relpath(folder, REPO))
+    rel = Path(os.path.relpath(folder, base or REPO))
     parts = []
     for direction, shape, dtype, note in headlines(op):
         if headline_rows(rows, op, direction, shape, dtype):
@@ -153,3 +154,34 @@ def op_tables(rows, op, folder, level="####") -> str:
         if sweep.exists():
             parts.append(f"![{op} {direction} sweep]({rel}/plots/{sweep.name})")
     return "\n".join(parts)
+
+
+def best_table(rows: list[dict], op: str) -> str:
+    """One line per headline: torch eager, the best other library tier (torch.compile, CUB, Liger)
+    and the best step of each backend, each with its throughput and its ratio to torch eager."""
+    lines = []
+    for direction, shape, dtype, _ in headlines(op):
+        chosen = [r for r in headline_rows(rows, op, direction, shape, dtype) if r["status"] == "ok"]
+        eager = next((r for r in chosen if r["backend"] == "torch" and r["name"] == "eager"), None)
+        if not chosen or eager is None:
+            continue
+        metric = eager["metric"]
+        digits = 1 if metric == "TFLOP/s" else 0
+
+        def cell(candidates, named=lambda r: r["label"].split("/", 1)[1]):
+            if not candidates:
+                return "-"
+            top = max(candidates, key=lambda r: r["throughput"])
+            return f"{top['throughput']:,.{digits}f} ({named(top)}, {top['throughput'] / eager['throughput']:.2f}x)"
+        library = [r for r in chosen if r["backend"] in REFERENCE_BACKENDS and r is not eager
+                   and r["backend"] != "ablation" and r["name"] != "unfused"]
+        steps = {b: [r for r in chosen if r["backend"] == b] for b in ("cuda", "triton")}
+        both = len(SPECS[op].directions()) > 1
+        lines.append(f"| {direction + ' ' if both else ''}{dtype} {shape} | {eager['throughput']:,.{digits}f} | "
+                     f"{cell(library)} | {cell(steps['cuda'], lambda r: 'step ' + str(r['step']))} | "
+                     f"{cell(steps['triton'], lambda r: 'step ' + str(r['step']))} |")
+    if not lines:
+        return f"_no {op} results yet_"
+    metric = next(r["metric"] for r in rows if r["op"] == op)
+    return "\n".join([f"| {op} ({metric}) | torch | best library tier | best CUDA step | best Triton step |",
+                      "|---|--:|--:|--:|--:|", *lines])
