@@ -7,6 +7,7 @@ import pytest
 
 import rosetta
 from rosetta.bench import lines, log, markers, ncu, plots, report, results, tables
+from rosetta.ops import SPECS
 from rosetta.bench.suite import subjects
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -174,8 +175,20 @@ def test_readme_blocks_from_results(rows):
     if not (folder / "bench.csv").exists():
         pytest.skip("no committed H100 results")
     blocks = report.readme_blocks(folder)
-    assert {"vector_add/table", "reduce_sum/table"} <= set(blocks)
-    assert "| torch/eager |" in blocks["vector_add/table"]
+    assert {"vector_add/best", "reduce_sum/best", "suite", "overhead"} <= set(blocks)
+    assert "| vector_add (GB/s) | torch | best library tier | best CUDA step | best Triton step |" in blocks["vector_add/best"]
+    assert "(results/nvidia-h100-80gb-hbm3/vector_add.md)" in blocks["vector_add/best"]
+    method = report.readme_blocks(folder, base=rosetta.registry.REPO / "bench")  # links from bench/METHOD.md
+    assert "(../results/nvidia-h100-80gb-hbm3/vector_add.md)" in method["vector_add/best"]
+
+
+def test_op_pages_hold_every_ladder_table():
+    folder = rosetta.registry.REPO / "results" / "nvidia-h100-80gb-hbm3"
+    if not (folder / "bench.csv").exists():
+        pytest.skip("no committed H100 results")
+    page = (folder / "softmax.md").read_text()
+    assert page.count("## softmax forward,") == sum(len(h.dtypes) for h in SPECS["softmax"].headlines)
+    assert "| cuda/05_row_on_chip |" in page and "](./plots/" in page
 
 
 # ---- line counts -------------------------------------------------------------------------------
