@@ -47,7 +47,7 @@ bench-quick:
 	$(BENCH) --quick
 
 # The shapes users bring: every step on each, the dispatch table step=None reads (dispatch.json),
-# suite.md and heatmaps. One op per device call: `make bench-suite SUITE_OPS="--op matmul"`.
+# suite.md and heatmaps. In parts of a few minutes each: `make bench-suite SUITE_OPS="--op matmul --dtype bfloat16"`.
 bench-suite:
 	$(BENCH) --suite $(SUITE_OPS)
 

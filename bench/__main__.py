@@ -30,7 +30,7 @@ def parse_args(argv=None):
                    help="only the shape suite of the selected ops: every step on the shapes users bring, "
                         "the dispatch table step=None reads (dispatch.json), suite.md and heatmaps")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), action="append",
-                   help="with --suite: only the cases of this dtype (a suite in several device calls)")
+                   help="with --suite: only the cases of this dtype (the suite in parts of a few minutes each)")
     p.add_argument("--overhead", action="store_true",
                    help="only the host cost per call: torch, each backend's public call and the layers under it")
     return p.parse_args(argv)
