@@ -1,8 +1,8 @@
 """The public call (rosetta.softmax(x) and co.): every guarantee of the registered torch op at the
 host cost of a plain launch.
 
-The work a call repeats is done once per *call signature* (op, backend, step, grad mode, and per
-input its dtype, shape, strides, device, requires_grad and 16-byte alignment): choosing the step
+The work a call repeats is done once per *call signature* (op, backend, step, whether a gradient
+will be taken, and per input its dtype, shape, strides, device and 16-byte alignment): choosing the step
 (the measured table's lookup), checking the inputs, deciding which inputs the step's layout makes
 copy. A repeated call looks its signature up, allocates the output and launches the step's kernel:
 the C++ op for a CUDA step, the Triton kernel for a Triton step, with no custom-op dispatch around
@@ -29,7 +29,7 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 def call(op: str, backend: str, step: int | None, inputs: tuple):
     """rosetta.<op>(*inputs, backend=backend, step=step)."""
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() \
-            or not all(type(t) in _PLAIN for t in inputs):
+            or not all(type(t) in _PLAIN and t.layout == torch.strided for t in inputs):
         return registered_call(op, backend, step, inputs)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
     key = (op, backend, step, grad, *[(t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16) for t in inputs])
