@@ -17,6 +17,7 @@ from html import escape
 from pathlib import Path
 
 import rosetta
+from rosetta.ops import SPECS
 
 from . import ncu, results, site_claims, site_data, site_step
 from .report import reference_results
@@ -65,7 +66,7 @@ def best_cell(rows, case, op, backend, page_name) -> str:
             f"<td>{fmt(r['speedup_vs_torch'], '.3f', 'x')}</td><td>{site_data.nloc(v).device_nloc}</td>")
 
 
-def index_html(rows: list[dict], env: dict, plots: list[str]) -> str:
+def index_html(rows: list[dict], env: dict, plots: list[str], suite_rows: list[dict] = ()) -> str:
     head = ("<tr><th>op</th><th>direction</th><th>headline</th><th>torch eager</th>"
             "<th>best CUDA step</th><th>throughput</th><th>vs torch</th><th>device NLOC</th>"
             "<th>best Triton step</th><th>throughput</th><th>vs torch</th><th>device NLOC</th></tr>")
@@ -79,13 +80,45 @@ def index_html(rows: list[dict], env: dict, plots: list[str]) -> str:
                        + best_cell(rows, case, op, "triton", f"{op}.html") + "</tr>")
     envline = ", ".join(f"{k} {escape(str(env[k]))}" for k in ("gpu", "torch", "triton", "cuda_runtime",
                                                                "driver", "git_sha", "date_utc") if env.get(k))
-    roof = "".join(f'<img class="plot" src="plots/{p}" alt="{p}">' for p in plots if p == "roofline.png")
+    roof = "".join(plot_link(p) for p in plots if p == "roofline.png")
     body = (f"<h1>kernel-rosetta</h1>{nav()}<p>CUDA C++ and Triton optimization ladders for "
             f"{', '.join(rosetta.ops_with_steps())}, step by step. Measured: {envline}.</p>"
-            f"<p>Best step = highest throughput at the op's first headline shape per direction; "
+            f"<p>Best step = highest throughput at the op's first headline shape per direction and dtype; "
             f"vs torch = speedup over torch eager (bench.csv's speedup_vs_torch); device NLOC = "
-            f"lizard NLOC of the step's kernel bodies.</p><table>{head}{''.join(out)}</table>{roof}")
+            f"lizard NLOC of the step's kernel bodies.</p><table>{head}{''.join(out)}</table>"
+            f"{suite_html(suite_rows, plots)}<h2>The roofline</h2>{roof}")
     return page("kernel-rosetta", body)
+
+
+def plot_link(name: str) -> str:
+    """A plot's thumbnail, linked to the full-size image."""
+    return f'<a href="plots/{name}"><img class="plot" src="plots/{name}" alt="{name}"></a>'
+
+
+def suite_html(rows: list[dict], plots: list[str]) -> str:
+    """The shape suite: step=None's kernel time against torch over the shapes users bring."""
+    from . import suite_report
+
+    lines = []
+    for op in rosetta.ops_with_steps():
+        for backend in rosetta.BACKENDS:
+            records = suite_report.per_case(rows, op, backend)
+            if not records:
+                continue
+            s = suite_report.stats(records)
+            w = s["worst"]
+            lines.append(f"<tr><td>{op}</td><td>{backend}</td><td>{s['cases']}</td>"
+                         f"<td>{s['graph_geomean']:.2f}x</td><td>{s['graph_held']:.0%}</td>"
+                         f"<td>{w['graph']:.2f}x ({escape(w['dtype'])} {escape(w['shape'])}, step {w['step']})</td>"
+                         f"<td>{s['dispatch_within']}/{s['cases']}</td></tr>")
+    if not lines:
+        return ""
+    maps = "".join(plot_link(f"suite_{op}.png") for op in rosetta.ops_with_steps() if f"suite_{op}.png" in plots)
+    return ("<h2>Any shape: the shape suite</h2><p>step=None's kernel time against torch's on the shapes users "
+            "bring (CUDA-graph replays, L2 flushed; &gt; 1 is faster than torch), and how often step=None ran "
+            "within 3% of the fastest step.</p><table><tr><th>op</th><th>backend</th><th>cases</th>"
+            "<th>geomean</th><th>cases &ge; 0.9x</th><th>worst case</th><th>step=None within 3%</th></tr>"
+            + "".join(lines) + "</table>" + maps)
 
 
 def translation_html(rows, op) -> str:
@@ -132,8 +165,13 @@ def op_html(op: str, rows: list[dict], ncu_rows: list[dict], plots: list[str]) -
             "position, not by idea." if positional else
             "Each Triton step sits beside the CUDA step its <code>Mirrors:</code> line reaches; a Triton "
             "step that mirrors an earlier CUDA step gets a row of its own.")
-    imgs = "".join(f'<a href="plots/{p}"><img class="plot" src="plots/{p}" alt="{p}"></a>'
-                   for p in plots if p.startswith(op + "_"))
+    from . import tables
+
+    in_order = [tables.plot_name(op, d, shape, dtype) for d, shape, dtype, _ in tables.headlines(op)]
+    in_order += [tables.plot_name(op, d, kind="sweep") for d in SPECS[op].directions()]
+    in_order += [f"{op}_ncu.png", f"suite_{op}.png"]  # the tables' order, then the sweeps, ncu, the suite
+    in_order += [p for p in plots if p.startswith(op + "_")]  # any other plot of the op, last
+    imgs = "".join(plot_link(p) for p in dict.fromkeys(in_order) if p in plots)
     body = (f"<h1>{op}</h1>{nav()}<h2>Headlines</h2>{summary_html(rows, op)}"
             f"<h2>Translation: what a Triton construct absorbs</h2>{translation_html(rows, op)}"
             f"<h2>Plots</h2>{imgs or '<p class=none>no plots</p>'}"
@@ -163,7 +201,9 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
         shutil.copyfile(png, out / "plots" / png.name)
         plots.append(png.name)
     written = [out / "index.html"]
-    written[0].write_text(index_html(rows, env, plots))
+    suite_csv = folder / "suite.csv" if folder else None
+    suite_rows = results.read_rows(suite_csv) if suite_csv and suite_csv.exists() else []
+    written[0].write_text(index_html(rows, env, plots, suite_rows))
     for op in rosetta.ops_with_steps():
         written.append(out / f"{op}.html")
         written[-1].write_text(op_html(op, rows, ncu_rows, plots))

@@ -79,10 +79,11 @@ def step_rows(rows: list[dict], v) -> list[dict]:
 
 
 def first_headlines(op: str) -> list[tuple[str, str, str]]:
-    """(direction, shape, dtype) of the op's first headline in each direction."""
+    """(direction, shape, dtype) of the op's first headline in each direction and dtype: every
+    dtype shows (matmul's tensor-core results beside its fp32 ones)."""
     seen = {}
     for direction, shape, dtype, _ in tables.headlines(op):
-        seen.setdefault(direction, (direction, shape, dtype))
+        seen.setdefault((direction, dtype), (direction, shape, dtype))
     return list(seen.values())
 
 

@@ -92,7 +92,7 @@ def source_text(v) -> str:
 
 def source_html(v) -> str:
     text = source_text(v)
-    return (f'<details class="source" open><summary>source: <code>{escape(v.source)}</code> '
+    return (f'<details class="source"><summary>source: <code>{escape(v.source)}</code> '
             f'({len(text.splitlines())} lines)</summary>{highlight(text, LEXERS[v.backend](), FORMATTER)}</details>')
 
 
