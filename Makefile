@@ -5,7 +5,7 @@ PY ?= $(VENV)/bin/python
 PYTEST = $(PY) -m pytest
 BENCH = PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench
 
-.PHONY: setup test test-gpu bench bench-quick bench-suite bench-overhead flush-check profile sanitize survey log report clean
+.PHONY: setup test test-gpu bench bench-quick bench-suite bench-overhead flush-check profile sanitize survey log report screenshot clean
 
 # torch==2.13.0 is the CPU build on machines without a GPU (a plain `torch` would pull a multi-GB
 # CUDA build); triton 3.6.0 is the reference GPU's, so the interpreter runs the same Triton there;
@@ -79,6 +79,12 @@ log:
 # committed results (no GPU needed).
 report:
 	$(PY) -m rosetta.bench.site
+
+# README's picture of the report's overview page, taken by headless Chromium from the site just built.
+SCREENSHOT = $(firstword $(wildcard results/*/plots/report_screenshot.png))
+screenshot: report
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1366,1000 \
+	  --screenshot=$(SCREENSHOT) "file://$(CURDIR)/site/index.html"
 
 clean:
 	rm -rf .build .pytest_cache build dist site
