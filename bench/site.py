@@ -36,7 +36,7 @@ table.ladder > tbody > tr > td.empty { background: #fafafa; color: #999; }
 dl.header { display: grid; grid-template-columns: max-content 1fr; gap: 2px 10px; margin: .4em 0; }
 dl.header dt { font-weight: bold; } dl.header dd { margin: 0; }
 .meta { color: #555; } .none { color: #999; font-style: italic; }
-.wide { overflow-x: auto; } .highlight { overflow-x: auto; font-size: 12px; max-height: 40em; overflow-y: auto; }
+.wide { overflow-x: auto; max-width: 100%; } .highlight { overflow-x: auto; font-size: 12px; max-height: 40em; overflow-y: auto; }
 details { margin: .4em 0; } summary { cursor: pointer; color: #2a6f97; }
 img.plot { max-width: 48%; border: 1px solid #eee; margin: 2px; }
 .verdict { display: inline-block; font-weight: bold; padding: 1px 8px; border-radius: 3px; color: #fff; }

@@ -59,7 +59,7 @@ def measured_html(rows: list[dict], v) -> str:
     mine = site_data.step_rows(rows, v)
     if not mine:
         return '<p class="none">not measured in the committed results</p>'
-    out = ["<table class=\"measured\"><tr><th>direction</th><th>dtype</th><th>shape</th><th>time (us)</th>"
+    out = ["<div class=\"wide\"><table class=\"measured\"><tr><th>direction</th><th>dtype</th><th>shape</th><th>time (us)</th>"
            "<th>throughput</th><th>% of measured ceiling</th><th>vs torch</th></tr>"]
     for r in mine:
         cells = [r["direction"], r["dtype"], r["shape"]]
@@ -69,7 +69,7 @@ def measured_html(rows: list[dict], v) -> str:
             cells += [fmt(r["p50_ms"] and r["p50_ms"] * 1e3, ".1f"), throughput(r),
                       fmt(r["pct_of_ceiling"], ".1f"), fmt(r["speedup_vs_torch"], ".3f", "x")]
         out.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
-    return "".join(out) + "</table>"
+    return "".join(out) + "</table></div>"  # scrolls inside its half of the page, never widens it
 
 
 def ncu_html(ncu_rows: list[dict], v) -> str:

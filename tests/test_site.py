@@ -229,3 +229,24 @@ def test_browser_renders_step_titles(built, tmp_path):
                            f"--screenshot={shot}", uri)
         assert shot.is_file(), f"{name}: no screenshot: {err}"
         assert shot.stat().st_size > 10_000, f"{name}: screenshot of {shot.stat().st_size} bytes (blank page?)"
+
+
+OVERFLOW_PROBE = ('<script>document.body.setAttribute("data-overflow", String('
+                  'document.documentElement.scrollWidth > document.documentElement.clientWidth));</script>')
+
+
+def test_every_page_fits_a_1366_px_window(built, tmp_path):
+    """No page scrolls sideways in a 1,366 px window (a common laptop width): wide tables scroll
+    inside their own box. Measured by Chromium on a copy of each page with a probe script."""
+    if os.environ.get("ROSETTA_NO_BROWSER") == "1":
+        pytest.skip("ROSETTA_NO_BROWSER=1: the headless-browser check is switched off")
+    browser = _browser()
+    if browser is None:
+        pytest.fail("no chromium on PATH: `make setup` installs Debian's chromium; set ROSETTA_NO_BROWSER=1 to skip")
+    out, pages = built
+    for path in [*pages, out / "claims.html"]:
+        probe = path.with_name(f"_probe_{path.name}")
+        probe.write_text(path.read_text().replace("</body>", OVERFLOW_PROBE + "</body>"))
+        dom, err = _chromium(browser, tmp_path / "profile", "--window-size=1366,900", "--dump-dom", probe.resolve().as_uri())
+        probe.unlink()
+        assert 'data-overflow="false"' in dom, f"{path.name} is wider than a 1,366 px window ({err or 'overflow'})"
