@@ -30,10 +30,21 @@ def plots(out_dir, rows, limits) -> list:
             made.append(p.sweep_plot(rows, op, direction, sweep_dtype,
                                      out_dir / "plots" / tables.plot_name(op, direction, kind="sweep"), ceiling))
         for direction, shape, dtype, _ in tables.headlines(op):
-            ceiling = ceilings.ceiling_for(limits, spec.ceiling, dtype)[0] if limits else None
+            ceiling = table_ceiling(tables.headline_rows(rows, op, direction, shape, dtype)) or \
+                (ceilings.ceiling_for(limits, spec.ceiling, dtype)[0] if limits else None)
             made.append(p.ladder_plot(rows, op, direction, shape, dtype,
                                       out_dir / "plots" / tables.plot_name(op, direction, shape, dtype), ceiling))
     return [m for m in made if m]
+
+
+def table_ceiling(rows: list[dict]) -> float | None:
+    """The ceiling a ladder table's "% of measured ceiling" divided by (the survey's probe, or a
+    library kernel measured faster on those inputs), read back from its rows: the plot draws the
+    same line the table used."""
+    for r in rows:
+        if r.get("throughput") and r.get("pct_of_ceiling"):
+            return r["throughput"] / r["pct_of_ceiling"] * 100
+    return None
 
 
 NCU_PLOT = {"GB/s": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput, % of peak"),

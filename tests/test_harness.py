@@ -345,3 +345,12 @@ def test_turns_visit_every_subject_once_a_round_in_changing_orders(monkeypatch):
     predecessors = {i: {o[o.index(i) - 1] for o in orders if o.index(i) > 0} for i in range(5)}
     assert all(len(p) > 1 for p in predecessors.values())
     assert timing.measure_in_turns(subjects, None, rounds=rounds) and visits[-5 * rounds:] == visits[:5 * rounds]  # seeded
+
+
+def test_plotted_ceiling_is_the_one_the_table_divides_by():
+    """A library kernel measured above the survey's probe raises a table's ceiling; the plot's line
+    is read back from the rows, so it cannot sit below a bar that the table puts at 100%."""
+    rows = [{"throughput": None, "pct_of_ceiling": None},
+            {"throughput": 768.0, "pct_of_ceiling": 100.0}, {"throughput": 759.0, "pct_of_ceiling": 98.8}]
+    assert report.table_ceiling(rows) == pytest.approx(768.0)
+    assert report.table_ceiling([{"throughput": 1.0, "pct_of_ceiling": None}]) is None
