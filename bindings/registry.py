@@ -1,8 +1,8 @@
 """The one registry: every discovered step as a Variant, the public handle that runs it.
 
 Steps are found by bindings/steps.py; this module only adds the call paths (through dispatch) and
-the lookups: variants(), best() / decide() / explain() (step=None's choice), select(). Tests, bench, line counts, ncu runs and KERNEL_LOG
-tables all iterate variants().
+the lookups: variants(), best() / decide() / explain() (step=None's choice), select(). Tests,
+bench, line counts, ncu runs and KERNEL_LOG tables all iterate variants().
 """
 from __future__ import annotations
 
