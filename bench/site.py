@@ -30,7 +30,7 @@ table { border-collapse: collapse; margin: .5em 0; }
 th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; vertical-align: top; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 table.ladder { width: 100%; table-layout: fixed; } table.ladder > tbody > tr > td { text-align: left; width: 50%; }
-table.ladder > tbody > tr > td.empty { background: #fafafa; color: #999; }
+table.ladder > tbody > tr > td.alone { width: 100%; }
 .step h3 { margin: .2em 0; } .step .num { background: #333; color: #fff; padding: 0 .4em; border-radius: 3px; }
 .step.triton .num { background: #2a6f97; } .step.cuda .num { background: #5a8f29; }
 dl.header { display: grid; grid-template-columns: max-content 1fr; gap: 2px 10px; margin: .4em 0; }
@@ -157,9 +157,12 @@ def summary_html(rows, op) -> str:
 def op_html(op: str, rows: list[dict], ncu_rows: list[dict], plots: list[str]) -> str:
     ladder = []
     for cuda, triton in site_data.align(op):
-        cells = [site_step.card(v, rows, ncu_rows) if v else '<span>(no step here)</span>' for v in (cuda, triton)]
-        ladder.append("<tr>" + "".join(f'<td class="{"" if v else "empty"}">{c}</td>'
-                                       for v, c in zip((cuda, triton), cells)) + "</tr>")
+        if cuda and triton:
+            ladder.append("<tr>" + "".join(f"<td>{site_step.card(v, rows, ncu_rows)}</td>" for v in (cuda, triton))
+                          + "</tr>")
+        else:  # a step without a partner in the other ladder: the whole row is its
+            v = cuda or triton
+            ladder.append(f'<tr><td colspan="2" class="alone">{site_step.card(v, rows, ncu_rows)}</td></tr>')
     positional = not any(t.header.mirrors for t in rosetta.variants(op, "triton"))
     note = ("No Triton step of this op declares <code>Mirrors:</code>, so the ladders stand side by side by "
             "position, not by idea." if positional else
