@@ -106,7 +106,13 @@ def gpu_main(args) -> int:
         rows += fresh
         results.write_rows(csv_path, fresh, replace_all=False)  # an interrupted run keeps what it measured
         torch.cuda.empty_cache()
-    results.write_rows(csv_path, rows, replace_all=full)
+    if args.op and not (args.backend or args.step or args.quick):
+        # whole ops re-measured: their earlier rows go (a sweep whose best step changed would
+        # otherwise keep the old best step's points beside the new one's)
+        others = [r for r in results.read_rows(csv_path) if r["op"] not in args.op]
+        results.write_rows(csv_path, others + rows, replace_all=True)
+    else:
+        results.write_rows(csv_path, rows, replace_all=full)
     env.update(timing_method=suite.TIMING_METHOD, ceiling_source=limits["source"],
                bench_wall_s=round(time.monotonic() - start, 1))
     # keep what `make profile` recorded (its own git sha, ncu version, wall time)
