@@ -79,7 +79,6 @@ def _changed_note(folder, op, sha, base=None) -> str:
 def readme_blocks(folder, base=REPO) -> dict:
     """Every generated block, its links relative to `base` (the folder of the file it goes in)."""
     rows = results.read_rows(folder / "bench.csv")
-    env = results.read_environment(folder / "environment.json")
     rel = Path(os.path.relpath(folder, base))
     blocks = {}
     for op in rosetta.OPS:

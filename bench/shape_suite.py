@@ -3,7 +3,7 @@
 Per case of an op spec's `suite` (forward): torch eager (the vendor library: cuBLAS, torch's own
 kernels) and every step of both backends that takes the dtype are checked against fp64 and timed
 as CUDA-graph replays in turns (bench.suite.run_group, the ladder tables' method; a step whose
-single call is 4x the fastest one's is not timed). The fastest right step of each backend per case
+graph replay takes 4x its backend's fastest so far is not timed). The fastest right step of each backend per case
 becomes the dispatch table (results/<gpu>/dispatch.json, read by step=None). Then, with that table
 in force, each case is timed again as a user calls it: torch's own call and rosetta.<op>(...,
 backend=b) in an eager loop (allocation, checks, dispatch, launch; no flush), so that host cost
@@ -75,12 +75,12 @@ def eager_ms(fn) -> float:
     fn()
     torch.cuda.synchronize()
     one = (time.perf_counter() - start) * 1e3
-    calls = int(min(EAGER_MAX_CALLS, max(10, EAGER_MIN_MS / max(one, 1e-3))))
+    count = int(min(EAGER_MAX_CALLS, max(10, EAGER_MIN_MS / max(one, 1e-3))))
     start = time.perf_counter()
-    for _ in range(calls):
+    for _ in range(count):
         fn()
     torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e3 / calls
+    return (time.perf_counter() - start) * 1e3 / count
 
 
 def eager_rows(group: suite.Group, gen, sha: str) -> list[dict]:
@@ -88,15 +88,15 @@ def eager_rows(group: suite.Group, gen, sha: str) -> list[dict]:
     d = SPECS[group.op].forward
     inputs = d.make_inputs(group.shape, group.dtype, "cuda", gen)
     public = getattr(rosetta, group.op)
-    calls = [("torch", 0, lambda: d.torch_expr(*inputs))]
+    callers = [("torch", 0, lambda: d.torch_expr(*inputs))]
     for backend in rosetta.BACKENDS:
         try:
             step = rosetta.best(group.op, backend, group.dtype, inputs).step
         except ValueError:  # no step of this backend takes the dtype
             continue
-        calls.append((backend, step, lambda b=backend: public(*inputs, backend=b)))
+        callers.append((backend, step, lambda b=backend: public(*inputs, backend=b)))
     rows = []
-    for backend, step, fn in calls:
+    for backend, step, fn in callers:
         row = dict.fromkeys(results.COLUMNS)
         row.update(op=group.op, direction="forward", backend=backend, step=step, name="call",
                    label=f"{group.op}/{backend}/call", dtype=str(group.dtype).removeprefix("torch."),

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .ops import SPECS
-from .ops.spec import dtype_label
+from .ops.spec import address, dtype_label
 from .steps import REPO
 
 TABLE_NAME = "dispatch.json"
@@ -45,7 +45,7 @@ def layout_class(inputs: tuple) -> str:
             major, pitch = "r", t.stride(-2) if t.dim() >= 2 else 0
         else:
             major, pitch = "x", 1
-        aligned = (pitch * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+        aligned = (pitch * t.element_size()) % 16 == 0 and address(t) % 16 == 0
         parts.append(major + ("a" if aligned else "u"))
     return "".join(parts)
 

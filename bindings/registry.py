@@ -112,11 +112,13 @@ def decide(op: str, backend: str, dtype=None, inputs: tuple = (), device=None) -
     the op, backend and dtype, else the last step that takes the inputs. A step with a declared
     hazard (a known way to go wrong) is run only when asked for by number. `device`: where the
     inputs will run, when they are stand-ins (torch.compile's choice on meta tensors)."""
-    fallback = _last_fitting(op, backend, dtype, inputs)
+    def fallback(why: str, alternatives: tuple = ()) -> Decision:
+        return Decision(_last_fitting(op, backend, dtype, inputs), f"the last step that takes the inputs ({why})",
+                        alternatives)
+
     tensors = bool(inputs) and all(isinstance(t, torch.Tensor) for t in inputs)
     if not tensors or dtype is None:
-        return Decision(fallback, "the last step that takes the inputs (no inputs given to match "
-                                  "against the measured table)")
+        return fallback("no inputs given to match against the measured table")
     device = device or inputs[0].device
     table = dispatch_table.for_device(device)
     found = table.nearest(op, backend, dtype, inputs) if table else None
@@ -124,8 +126,7 @@ def decide(op: str, backend: str, dtype=None, inputs: tuple = (), device=None) -
         where = ("no measured table for this GPU" if table is None and device.type == "cuda" else
                  "no table for CPU tensors" if table is None else
                  f"the table of {table.gpu} has no {op}/{backend} {dtype} case")
-        return Decision(fallback, f"the last step that takes the inputs ({where}; "
-                                  f"`make bench-suite` measures one)")
+        return fallback(f"{where}; `make bench-suite` measures one")
     entry, dist, same_layout = found
     ladder = {v.step: v for v in _ladder(op, backend)}
     alternatives = tuple((s, ms, s in ladder and dispatch.fits(ladder[s], inputs)) for s, ms in entry.ranking)
@@ -136,8 +137,7 @@ def decide(op: str, backend: str, dtype=None, inputs: tuple = (), device=None) -
              + (", the same shape class)" if dist == 0 else f"), the nearest measured case: {dist:.1f} octaves away)")
              + f" on {table.gpu}, run {table.git_sha}")
     if chosen is None:
-        return Decision(fallback, f"the last step that takes the inputs: none of the steps {where} "
-                                  f"takes them", alternatives)
+        return fallback(f"none of the steps {where} takes them", alternatives)
     return Decision(chosen, where, alternatives)
 
 

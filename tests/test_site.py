@@ -149,7 +149,13 @@ def test_translation_sums_mirrored_nloc():
 
 
 def _browser():
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+    """Chromium's path; skips the test where ROSETTA_NO_BROWSER=1, fails it where none is installed."""
+    if os.environ.get("ROSETTA_NO_BROWSER") == "1":
+        pytest.skip("ROSETTA_NO_BROWSER=1: the headless-browser check is switched off")
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.fail("no chromium on PATH: `make setup` installs Debian's chromium; set ROSETTA_NO_BROWSER=1 to skip")
+    return browser
 
 
 class Rendered(Page):
@@ -198,11 +204,7 @@ def test_browser_renders_step_titles(built, tmp_path):
     """Chromium loads every page: the DOM it builds has every step title, an op page has the CUDA
     ladder in the left column and the Triton ladder in the right, its links are the ones
     test_pages_are_well_formed_and_links_resolve resolved, and a 1400x1000 screenshot is not blank."""
-    if os.environ.get("ROSETTA_NO_BROWSER") == "1":
-        pytest.skip("ROSETTA_NO_BROWSER=1: the headless-browser check is switched off")
     browser = _browser()
-    if browser is None:
-        pytest.fail("no chromium on PATH: `make setup` installs Debian's chromium; set ROSETTA_NO_BROWSER=1 to skip")
     out, pages = built
     ops = rosetta.ops_with_steps()
     for path in pages:
@@ -239,11 +241,7 @@ OVERFLOW_PROBE = ('<script>document.body.setAttribute("data-overflow", String('
 def test_every_page_fits_a_1366_px_window(built, tmp_path):
     """No page scrolls sideways in a 1,366 px window (a common laptop width): wide tables scroll
     inside their own box. Measured by Chromium on a copy of each page with a probe script."""
-    if os.environ.get("ROSETTA_NO_BROWSER") == "1":
-        pytest.skip("ROSETTA_NO_BROWSER=1: the headless-browser check is switched off")
     browser = _browser()
-    if browser is None:
-        pytest.fail("no chromium on PATH: `make setup` installs Debian's chromium; set ROSETTA_NO_BROWSER=1 to skip")
     out, pages = built
     for path in [*pages, out / "claims.html"]:
         probe = path.with_name(f"_probe_{path.name}")

@@ -4,9 +4,8 @@ through the same step, on transposed views."""
 import math
 
 import torch
-from torch._subclasses.fake_tensor import is_fake
 
-from .spec import Direction, Headline, OpSpec, Suite, dtype_label, fits_layout, layout_copy
+from .spec import Direction, Headline, OpSpec, Suite, address, dtype_label, fits_layout, layout_copy
 
 FP32 = (torch.float32,)
 HALF = (torch.bfloat16, torch.float16)
@@ -33,19 +32,6 @@ def error_scale(inputs, ref):
     output type's smallest normal as a floor (an fp16 result below it is rounded absolutely)."""
     a, b = (t.double() for t in inputs)
     return (a.abs() @ b.abs()) * max(1.0, math.log2(max(a.shape[1], 1))) + torch.finfo(inputs[0].dtype).tiny
-
-
-def address(t: torch.Tensor) -> int:
-    """t's address, or while torch.compile traces (fake tensors have none) its offset into its
-    storage in bytes: torch allocates storage 16-byte aligned, so only a view's offset misaligns.
-    Dynamo traces none of data_ptr(), is_fake() and storage_offset(): 0 there, and the step's own
-    checks (Triton's check_tma, traced with fake tensors; CUDA's at launch) judge the real one."""
-    if torch.compiler.is_compiling():
-        return 0
-    try:
-        return t.storage_offset() * t.element_size() if is_fake(t) else t.data_ptr()
-    except RuntimeError:  # another tracing wrapper (FunctionalTensor)
-        return t.storage_offset() * t.element_size()
 
 
 def is_column_major(t: torch.Tensor) -> bool:

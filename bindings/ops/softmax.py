@@ -2,7 +2,7 @@
 the backward is dx = y * (dy - sum(y * dy)) per row, run by the same step's backward kernel."""
 import torch
 
-from .spec import Direction, Headline, OpSpec, Suite, SweepAxis, dtype_label
+from .spec import Direction, Headline, OpSpec, Suite, SweepAxis, address, dtype_label
 
 SWEEP_NUMEL = 2**26  # elements in every shape of the row-length sweep: 256 MB of fp32
 
@@ -33,20 +33,13 @@ def row_bytes(*tensors):
     return len(tensors) * ceil_div(x.shape[-1] * x.element_size(), 16) * 16
 
 
-def _address(t) -> int:
-    try:
-        return 0 if torch.compiler.is_compiling() or t.device.type == "meta" else t.data_ptr()
-    except RuntimeError:  # a tensor without storage (a tracing wrapper): judged at launch
-        return 0
-
-
 def unaligned_rows(*tensors):
     """1 when some row of an input or of the output is not whole 16-byte vectors from a 16-byte
     boundary. CUDA steps 7 and 8 move rows only as 16-byte vectors, with no element-wise tail."""
     x = tensors[0]
     size, cols = x.element_size(), x.shape[-1]
     pitches = [t.stride(-2) if t.dim() >= 2 else cols for t in tensors] + [cols]  # + the output's
-    return int(any((p * size) % 16 for p in pitches) or any(_address(t) % 16 for t in tensors))
+    return int(any((p * size) % 16 for p in pitches) or any(address(t) % 16 for t in tensors))
 
 
 def uneven_register_slices(*tensors):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 Shape = tuple[int, ...]
 ALL_FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -16,6 +17,19 @@ ALL_FLOAT = (torch.float32, torch.float16, torch.bfloat16)
 # map describes); any (every stride the kernel's pointer arithmetic takes, even 0).
 LAYOUTS = ("contiguous", "rows", "rows_or_cols", "any")
 ERROR_BLOCK_ELEMENTS = 2**24  # elements per block of rows when the error is measured in blocks
+
+
+def address(t: torch.Tensor) -> int:
+    """t's address, or while torch.compile traces (fake tensors have none) its offset into its
+    storage in bytes: torch allocates storage 16-byte aligned, so only a view's offset misaligns.
+    Dynamo traces none of data_ptr(), is_fake() and storage_offset(): 0 there, and the step's own
+    checks (Triton's check_tma, traced with fake tensors; CUDA's at launch) judge the real one."""
+    if torch.compiler.is_compiling():
+        return 0
+    try:
+        return t.storage_offset() * t.element_size() if is_fake(t) else t.data_ptr()
+    except RuntimeError:  # another tracing wrapper (FunctionalTensor)
+        return t.storage_offset() * t.element_size()
 
 
 def dtype_label(dtype: torch.dtype) -> str:

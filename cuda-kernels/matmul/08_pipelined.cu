@@ -41,15 +41,10 @@ Why:      in step 7 a block's global latency (~1 us per tile from L2/DRAM) sat b
           per k-tile; column order with serpentine rows 163: 4096^3 0.873x -> 0.900x cuBLAS.
           Starting at column 0 instead gave ptxas a 212-register allocation costing 716 and
           0.827x: the allocation, not the arithmetic, moves the needle.
-          Tile choice: a wave of any of the three shapes is 8 64 x 64 warp tiles per SM, so the
-          launcher estimates the busiest scheduler's warp k-tiles (waves x tile area, the last
-          waves fractional under stream-K) and takes a smaller tile only if that saves over 1/9.
-          300 x 8192 x 300 (0.47x cuBLAS) is 6 tiles of 128 x 256: 384 x 512 outputs, 46% real,
-          3072 k-tiles over 132 blocks (24 each); 64 x 128: 15 tiles, 320 x 384, 73% real, 7680
-          over 528 blocks (15 each). 777 x 1234 x 2345 (0.65x) is 70 tiles (79% real), 5460 k-tiles
-          over 132 blocks (42 each); 64 x 128: 247 tiles (90% real), 19266 over 528 (37 each).
-          3000^3 (2 waves + 24 of 128 x 256, 822 against 804) and 4096^3 / 8192^3 (every shape
-          ties: 1986 and 15888) keep 128 x 256, whose SASS is unchanged.
+          Tile choice: every tile shape puts 8 64 x 64 warp tiles on an SM, so the launcher takes
+          a smaller tile only if the busiest scheduler's warp k-tiles drop by over 1/9:
+          300 x 8192 x 300 goes from 6 tiles of 128 x 256 (46% of the padded outputs real) to
+          15 of 64 x 128 (73%); shapes that fill the machine keep 128 x 256 (SASS unchanged).
 Still:    ~70% of FFMA peak where cuBLAS's SASS reaches ~79%: register allocation is ptxas's,
           and CUDA C can only steer it by the order of the FFMAs. The stream-K pieces pay a round
           trip through L2 and a pipeline fill each, and one block adds a tile's pieces: at
