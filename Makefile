@@ -5,7 +5,7 @@ PY ?= $(VENV)/bin/python
 PYTEST = $(PY) -m pytest
 BENCH = PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench
 
-.PHONY: setup test test-gpu bench bench-quick bench-suite bench-overhead flush-check profile sanitize survey log report screenshot clean
+.PHONY: setup test test-gpu bench bench-quick bench-suite bench-overhead flush-check profile sanitize survey docs site screenshot clean
 
 # torch==2.13.0 is the CPU build on machines without a GPU (a plain `torch` would pull a multi-GB
 # CUDA build); triton 3.6.0 is the reference GPU's, so the interpreter runs the same Triton there;
@@ -61,7 +61,8 @@ flush-check:
 
 # Nsight Compute over every step (clocks untouched), parsed into results/<gpu>/ncu.csv.
 profile:
-	PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench.nsight
+	PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench.profiling
+	$(PY) -m rosetta.bench.docs
 
 # compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over every step -> sanitize.md.
 sanitize:
@@ -71,18 +72,19 @@ sanitize:
 survey:
 	PYTHONUNBUFFERED=1 $(PY) -m rosetta.survey
 
-# Regenerate README/KERNEL_LOG tables and plots from the committed results (no GPU needed).
-log:
-	$(PY) -m rosetta.bench.report
+# README/KERNEL_LOG tables, measured figures in their prose, per-op pages and plots, regenerated
+# from the committed results (no GPU needed).
+docs:
+	$(PY) -m rosetta.bench.docs
 
 # A static site (site/index.html, one page per op) from the registry, the step files and the
 # committed results (no GPU needed).
-report:
-	$(PY) -m rosetta.bench.site
+site:
+	$(PY) -m rosetta.bench.docs.site
 
 # README's picture of the report's overview page, taken by headless Chromium from the site just built.
 SCREENSHOT = $(firstword $(wildcard results/*/plots/report_screenshot.png))
-screenshot: report
+screenshot: site
 	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1366,1000 \
 	  --screenshot=$(SCREENSHOT) "file://$(CURDIR)/site/index.html"
 

@@ -42,7 +42,7 @@ def main(argv=None) -> int:
         print("No CUDA GPU here: running the CPU part instead (Triton interpreter correctness at "
               "small sizes, line counts per step, the last committed GPU results).")
         os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
-        from .cpu import main as cpu_main
+        from .run.cpu import main as cpu_main
 
         return cpu_main(args)
     return gpu_main(args)
@@ -52,7 +52,9 @@ def gpu_main(args) -> int:
     import rosetta
     from rosetta import timing
 
-    from . import ceilings, environment, flush_check, report, results, suite, tables
+    from . import ceilings, environment, results
+    from .docs import report, tables
+    from .run import flush_check, suite
 
     start = time.monotonic()
     ops = args.op or rosetta.ops_with_steps()
@@ -67,7 +69,7 @@ def gpu_main(args) -> int:
         report.update_docs()
         return 0
     if args.overhead:
-        from . import overhead
+        from .run import overhead
 
         print(overhead.run(torch.Generator(device="cuda").manual_seed(0), env, out_dir))
         return 0
@@ -80,13 +82,20 @@ def gpu_main(args) -> int:
         print(f"CUDA extension ready in {time.monotonic() - t0:.1f} s", flush=True)
 
     if args.suite:
-        from . import shape_suite
+        from .run import shape_suite
 
         dtypes = [getattr(torch, d) for d in args.dtype] if args.dtype else None
         rows = shape_suite.run(ops, torch.Generator(device="cuda").manual_seed(0), limits,
                                timing.Flush("read"), env, out_dir, dtypes)
         failed = sorted({r["label"] for r in rows if r["backend"] in rosetta.BACKENDS
                          and (r["status"] == "wrong" or r["status"].startswith("error"))})
+        from rosetta import dispatch_table
+
+        from .docs import suite_report
+
+        every = results.read_rows(out_dir / "suite.csv")  # this run's cases and the kept ones
+        suite_report.write(out_dir, every)
+        print(suite_report.summary_table(every, dispatch_table.read(out_dir / dispatch_table.TABLE_NAME)))
         print(f"suite: {len(rows)} rows in {time.monotonic() - start:.0f} s" + (f"; FAILED: {failed}" if failed else ""))
         return 1 if failed else 0
 

@@ -14,7 +14,7 @@ from pathlib import Path
 _saved_path = list(sys.path)
 import lizard  # noqa: E402 -- lizard puts the running script's folder first on sys.path at import,
 
-sys.path[:] = _saved_path  # which would let bench/profile.py shadow the stdlib's `profile`
+sys.path[:] = _saved_path  # which would let a folder there shadow the stdlib's `profile`
 
 DEVICE_MARK = {".cu": re.compile(r"__global__|__device__"), ".py": re.compile(r"@triton\.jit")}
 

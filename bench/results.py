@@ -61,7 +61,7 @@ def order_key(row: dict):
     steps in order; then dtype, size."""
     from rosetta.registry import BACKENDS, OPS
 
-    from .tiers import REFERENCE_BACKENDS, TORCH_TIERS
+    from .tier_names import REFERENCE_BACKENDS, TORCH_TIERS
 
     backend_rank = {b: i for i, b in enumerate((*REFERENCE_BACKENDS, *BACKENDS))}
     tier_rank = {name: i for i, name in enumerate(TORCH_TIERS)}
@@ -135,7 +135,7 @@ def _measured_code(source: str, sha: str | None = None) -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def _source_at(sha: str, source: str) -> str | None:
-    """A file as committed at sha (None: no git, no such commit or file); `make log` asks for each
+    """A file as committed at sha (None: no git, no such commit or file); `make docs` asks for each
     step twice, for README and for KERNEL_LOG."""
     from rosetta.registry import REPO
 

@@ -1,5 +1,5 @@
 """`make survey`: what this GPU can do, measured -> results/<gpu>/hardware.json, hardware.md and
-plots/roofline.png (the roofline is redrawn by `make log` whenever bench results change).
+plots/roofline.png (the roofline is redrawn by `make docs` whenever bench results change).
 The survey never imports rosetta.bench: the bench reads the survey's files, not the other way."""
 from __future__ import annotations
 

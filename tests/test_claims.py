@@ -1,4 +1,4 @@
-"""The claims page (bench/claims.py, bench/site_claims.py) on small synthetic rows: a claim that holds,
+"""The claims page (bench/docs/claims.py, bench/docs/site_claims.py) on small synthetic rows: a claim that holds,
 one that does not, one that depends, a missing tier; the tiers the claims need (torch/unfused and
 the BLOCK=4 ablation) on the CPU; and the built site's claims.html covering every claim."""
 from __future__ import annotations
@@ -11,9 +11,10 @@ import subprocess
 import pytest
 import torch
 
-from rosetta.bench import claims, results, site, tables
-from rosetta.bench.report import reference_results
-from rosetta.bench.tiers import runner, tiers
+from rosetta.bench import results
+from rosetta.bench.docs import claims, site, tables
+from rosetta.bench.docs.report import reference_results
+from rosetta.bench.run.tiers import runner, tiers
 from rosetta.ops import SPECS
 from test_site import parse
 

@@ -7,7 +7,8 @@ import torch
 
 import rosetta
 from rosetta import calls, dispatch_table
-from rosetta.bench import shape_suite, suite_report
+from rosetta.bench.docs import suite_report
+from rosetta.bench.run import shape_suite
 from rosetta.dispatch_table import Entry, Table
 
 

@@ -6,9 +6,11 @@ from pathlib import Path
 import pytest
 
 import rosetta
-from rosetta.bench import lines, log, markers, ncu, plots, report, results, tables
+from rosetta.bench import lines, results
+from rosetta.bench.docs import log, markers, plots, report, tables
+from rosetta.bench.profiling import ncu
 from rosetta.ops import SPECS
-from rosetta.bench.suite import subjects
+from rosetta.bench.run.suite import subjects
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -218,7 +220,7 @@ def test_line_count_triton_known_file(tmp_path):
 def test_nsight_splits_one_process_kernels_by_marker():
     """One ncu process per op: the marker kernel before each case splits the kernel list, so a
     case that launches several kernels (a two-pass reduction) keeps all of them."""
-    from rosetta.bench import nsight
+    from rosetta.bench.profiling import nsight
 
     k = lambda name: {"Kernel Name": name}  # noqa: E731
     kernels = [k("rosetta_profile_marker"), k("pass1"), k("pass2"),
@@ -236,7 +238,7 @@ def test_other_input_layouts_are_their_own_rows(tmp_path):
     (same label, dtype and shape), tabled against the default measured with them."""
     import torch
 
-    from rosetta.bench.suite import plan
+    from rosetta.bench.run.suite import plan
     from rosetta.ops import SPECS
 
     groups = [g for g in plan(["matmul"], quick=False) if g.role == "layout"]

@@ -141,7 +141,7 @@ def test_predictions_live_in_the_kernel_log_not_the_header(v):
 
 def test_a_hazard_is_shown_wherever_the_step_header_is():
     """KERNEL_LOG's step block and the report's step page carry the Hazard line."""
-    from rosetta.bench import log, site_step
+    from rosetta.bench.docs import log, site_step
     six = rosetta.select("matmul", "triton", 6)
     assert f"- **Hazard:** {six.hazard}" in log.step_block(six, [], [])
     assert "<dt>Hazard</dt>" in site_step.header_html(six)

@@ -1,5 +1,5 @@
-"""compute-sanitizer output -> per-step rows and tables (bench/sanitize_report.py), on CPU; and the
-run pool's one restart of a run that hangs (bench/sanitize.py).
+"""compute-sanitizer output -> per-step rows and tables (bench/sanitize/report.py), on CPU; and the
+run pool's one restart of a run that hangs (bench/sanitize/sanitizer.py).
 
 The fixtures are in compute-sanitizer's format (`========= ` headlines, indented details, the closing
 summary) interleaved with the driver's ROSETTA-STEP markers, as `make sanitize` logs them."""
@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from rosetta.bench import sanitize_report as report
+from rosetta.bench.sanitize import report
 
 FIXTURES = Path(__file__).parent / "fixtures"
 VECTOR_ADD_CUDA = tuple((f"vector_add/cuda/{s}", "forward")
@@ -155,7 +155,7 @@ def test_markdown_table_and_csv(tmp_path):
 def test_a_run_that_hangs_is_started_once_more(tmp_path):
     """The first start sleeps past its limit (a hung sanitizer); the second finishes: on_done sees
     the second, the first log is kept beside it, and on_retry names the task."""
-    from rosetta.bench.sanitize import Pool, Task
+    from rosetta.bench.sanitize.sanitizer import Pool, Task
 
     marker = tmp_path / "started"
     script = f"if [ -e {marker} ]; then echo second; else touch {marker}; echo first; sleep 30; fi"

@@ -1,4 +1,4 @@
-"""The static site (`make report`) built from the committed results: every step has its section, the
+"""The static site (`make site`) built from the committed results: every step has its section, the
 pages are well-formed HTML whose relative links resolve, and headless Chromium renders every page
 with both ladders and saves a screenshot (skipped only with ROSETTA_NO_BROWSER=1)."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 import rosetta
-from rosetta.bench import site, site_data, site_step
-from rosetta.bench.report import reference_results
+from rosetta.bench.docs import site, site_data, site_step
+from rosetta.bench.docs.report import reference_results
 
 VOID = {"meta", "img", "br", "hr", "link", "input", "col", "source", "wbr"}
 

@@ -28,7 +28,7 @@ import torch
 
 import rosetta
 from rosetta import timing
-from rosetta.bench.suite import PLACEMENTS
+from rosetta.bench.run.suite import PLACEMENTS
 from rosetta.ops import SPECS
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (5120, 1536, 3072), (3000, 3000, 3000)]  # M x K x N

@@ -177,7 +177,7 @@ class OpSpec:
     metric: str = "GB/s"  # what the throughput column reports: "GB/s" or "TFLOP/s"
     ceiling: str = "dram_copy"  # the measured ceiling (hardware.json) that "% of ceiling" divides by
     tiers: tuple = ()  # CUDA-library tiers built beside the steps, e.g. ("cub",)
-    peers: tuple = ()  # peer-library tiers, e.g. ("liger",): bench/tiers.py knows how to run them
+    peers: tuple = ()  # peer-library tiers, e.g. ("liger",): bench/run/tiers.py knows how to run them
     # Quantities a step's `Max:` header line may bound, e.g. {"cols": lambda x: x.shape[-1]}
     bounds: dict = field(default_factory=dict)
     # A step whose first call takes longer than this at a headline shape is timed only at the

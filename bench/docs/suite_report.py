@@ -21,8 +21,8 @@ from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 import rosetta  # noqa: E402
 from rosetta.ops import SPECS  # noqa: E402
 
+from ..results import shape_of  # noqa: E402
 from .plots import save  # noqa: E402
-from .results import shape_of  # noqa: E402
 
 EAGER_FLOOR_MS = 0.020  # torch's own call at least this long: the eager target applies
 GOOD = 0.9  # a case at >= this ratio to torch counts as held

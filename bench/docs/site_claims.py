@@ -1,5 +1,5 @@
 """The claims page of the site: per claim its verdict, our numbers, how they are computed and, per
-case, the value, where it falls against the claim's band and the rows it comes from (bench/claims.py
+case, the value, where it falls against the claim's band and the rows it comes from (bench/docs/claims.py
 computes all of it from the committed rows)."""
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from rosetta.ops import SPECS  # noqa: E402
 
-from .results import order_key, shape_of  # noqa: E402
-from .tiers import REFERENCE_BACKENDS  # noqa: E402
+from ..results import order_key, shape_of  # noqa: E402
+from ..tier_names import REFERENCE_BACKENDS  # noqa: E402
 
 BACKEND_MAPS = {"cuda": "Greens", "triton": "Blues"}  # one hue per backend, darker = later step
 BACKEND_COLORS = {"cuda": "tab:green", "triton": "tab:blue"}  # a backend's line in a sweep

@@ -7,7 +7,7 @@ graph replay takes 4x its backend's fastest so far is not timed). The fastest ri
 becomes the dispatch table (results/<gpu>/dispatch.json, read by step=None). Then, with that table
 in force, each case is timed again as a user calls it: torch's own call and rosetta.<op>(...,
 backend=b) in an eager loop (allocation, checks, dispatch, launch; no flush), so that host cost
-shows wherever it outweighs the kernel. suite_report turns the rows into the summary and heatmaps.
+shows wherever it outweighs the kernel. bench.docs.suite_report turns the rows into the summary and heatmaps.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import rosetta
 from rosetta import calls, dispatch_table
 from rosetta.ops import SPECS
 
-from . import results, suite, suite_report
+from .. import results
+from . import suite
 from .tiers import tiers
 
 EAGER_MIN_MS = 20.0  # an eager loop runs at least this long
@@ -133,7 +134,5 @@ def run(ops, gen, limits, flush, env: dict, out_dir, dtypes=None) -> list[dict]:
     for group in groups:
         rows += eager_rows(group, gen, env["git_sha"])
         torch.cuda.empty_cache()
-    all_rows = results.write_rows(path, kept + rows, replace_all=True)
-    suite_report.write(out_dir, all_rows)
-    print(suite_report.summary_table(all_rows, dispatch_table.read(table_path)))
+    results.write_rows(path, kept + rows, replace_all=True)
     return rows

@@ -1,5 +1,5 @@
 """A static site from the registry, the step files and the committed results (no GPU, no network):
-`make report` runs `python -m rosetta.bench.site [--out site]`.
+`make site` runs `python -m rosetta.bench.docs.site [--out site]`.
 
     site/index.html     one row per op and direction: the best step of each backend at the op's first
                         headline, its ratio to torch eager, its device NLOC
@@ -19,7 +19,9 @@ from pathlib import Path
 import rosetta
 from rosetta.ops import SPECS
 
-from . import ncu, results, site_claims, site_data, site_step
+from .. import results
+from ..profiling import ncu
+from . import site_claims, site_data, site_step
 from .report import reference_results
 from .site_step import fmt, link, throughput
 

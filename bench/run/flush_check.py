@@ -7,7 +7,7 @@ import torch
 
 from rosetta import timing
 
-from . import results
+from .. import results
 
 CASES = (  # (name, make inputs + the call, bytes moved)
     ("torch.sum fp32 2^28", lambda x: (lambda: torch.sum(x, dim=0)), (2**28,), 4 * 2**28),

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import rosetta
 from rosetta.ops import SPECS
 
+from ..run.tiers import tiers
 from . import site_data, tables
 from .site_step import throughput
-from .tiers import tiers
 
 SLACK = 0.05
 HOLDS, FAILS, DEPENDS, UNMEASURED = "holds", "does not hold", "depends", "not measured in the committed run"

@@ -1,14 +1,14 @@
 """What compute-sanitizer runs: every step of one op/backend, once per direction x dtype x small shape.
 
-    python -m rosetta.bench.sanitize_driver --op softmax --backend cuda [--step 3] [--shapes 4]
+    python -m rosetta.bench.sanitize.driver --op softmax --backend cuda [--step 3] [--shapes 4]
 
 Before each step's launches it prints `ROSETTA-STEP <label> <direction> <dtype> <shape>` and
 flushes, then synchronizes after the step: whatever the sanitizer prints between two markers
-belongs to the step of the first (bench/sanitize_report.py reads them). Input creation runs under
+belongs to the step of the first (bench/sanitize/report.py reads them). Input creation runs under
 `ROSETTA-INPUTS` (errors there belong to "(setup)"), a step that declares a limit the shape breaks
 prints `ROSETTA-SKIP`, a Python exception `ROSETTA-EXCEPTION`, and a clean end `ROSETTA-DONE`.
 
-    python -m rosetta.bench.sanitize_driver --selfcheck
+    python -m rosetta.bench.sanitize.driver --selfcheck
 
 runs a planted fault instead: a Triton load with its mask left off (reads 16 elements past a
 512-byte tensor), then the same kernel masked. Under memcheck the first must have errors and the second

@@ -9,8 +9,9 @@ import re
 import rosetta
 from rosetta.registry import REPO
 
-from . import lines, tables
-from .tiers import REFERENCE_BACKENDS
+from .. import lines
+from ..tier_names import REFERENCE_BACKENDS
+from . import tables
 
 _PARENS = re.compile(r"\([^()]*\)")
 _LIST = re.compile(r"CUDA steps?\s+((?:\d+(?:\s*-\s*\d+)?)(?:\s*(?:,|and|&)\s*\d+(?:\s*-\s*\d+)?)*)")

@@ -14,10 +14,7 @@ from rosetta.ops import SPECS
 
 from . import peers
 
-TORCH_TIERS = ("eager", "compile", "unfused")  # unfused: only in the directions that declare one
-LIBRARY_TIERS = {"cub": "device_reduce"}  # backend -> name: CUDA-library references
-ABLATION = "ablation"  # the backend of the ablation tiers: not a ladder step, so no step deltas
-REFERENCE_BACKENDS = ("torch", *LIBRARY_TIERS, *peers.PEERS, ABLATION)
+from ..tier_names import ABLATION, LIBRARY_TIERS, TORCH_TIERS
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,7 @@ class Ablation:
 
 
 # The Triton tutorials warn that a tiny BLOCK_SIZE (4) makes vector_add ~95x slower than a tuned
-# one: step 1's kernel at block=4 measures it (the site's claims page, bench/claims.py, reads it).
+# one: step 1's kernel at block=4 measures it (the site's claims page, bench/docs/claims.py, reads it).
 ABLATIONS = (Ablation("vector_add", "triton", 1, "block", 4),)
 
 

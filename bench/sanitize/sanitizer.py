@@ -3,9 +3,9 @@
     python -m rosetta.bench.sanitize [--op OP] [--tool TOOL] [--jobs 6] [--timeout 300] [--budget 450]
 
 One sanitizer process per (tool, op, backend): memcheck, racecheck, synccheck and initcheck for
-CUDA steps, memcheck for Triton steps. Each runs bench/sanitize_driver.py, which launches every
+CUDA steps, memcheck for Triton steps. Each runs bench/sanitize/driver.py, which launches every
 step of the op once per direction x dtype x small tiling-breaking shape behind a marker line;
-bench/sanitize_report.py attributes the sanitizer's findings to steps through those markers.
+bench/sanitize/report.py attributes the sanitizer's findings to steps through those markers.
 Before that, outside the sanitizer: the CUDA extension is built, and every Triton step runs once
 (one process per step, in parallel) so its kernels are compiled into Triton's disk cache and the
 sanitized runs only load them. Runs go in parallel (--jobs), each with a timeout, all within a
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import sanitize_report as report
+from . import report
 
 SELFCHECK = "selfcheck"  # the driver's planted fault, run under memcheck beside the real runs
 TOOLS = {"cuda": ("memcheck", "racecheck", "synccheck", "initcheck"), "triton": ("memcheck",)}
@@ -91,7 +91,7 @@ def command(sanitizer: str, tool: str, op: str, backend: str, known: set[str], s
 
 
 def driver(op: str, backend: str, shapes: int, step: int | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "rosetta.bench.sanitize_driver"]
+    cmd = [sys.executable, "-m", "rosetta.bench.sanitize.driver"]
     if op == SELFCHECK:
         return cmd + ["--selfcheck"]
     cmd += ["--op", op, "--backend", backend, "--shapes", str(shapes)]
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
     from rosetta.ops import SPECS
     from rosetta.registry import REPO
 
-    from . import environment
+    from .. import environment
 
     sanitizer = find_sanitizer()
     if sanitizer is None:
@@ -328,7 +328,7 @@ def main(argv=None) -> int:
     text = report.markdown(ordered, tools, commands=lines, date=env_info["date_utc"] + " UTC",
                            gpu=env_info["gpu"], notes=[check, *report.restart_note(retried, args.timeout)])
     text += (f"\nLogs: {log_dir.relative_to(REPO)}/ (not committed). Driver: {sys.executable} "
-             f"-m rosetta.bench.sanitize_driver; git {env_info['git_sha']}, torch {env_info['torch']}, "
+             f"-m rosetta.bench.sanitize.driver; git {env_info['git_sha']}, torch {env_info['torch']}, "
              f"triton {env_info['triton']}, driver {env_info['driver']}.\n")
     (out_dir / "sanitize.md").write_text(text)
     report.write_csv(ordered, out_dir / "sanitize.csv")

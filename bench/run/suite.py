@@ -12,7 +12,8 @@ import rosetta
 from rosetta import timing
 from rosetta.ops import SPECS
 
-from . import lines, nvtx, results
+from .. import lines, results
+from . import nvtx
 from .tiers import Tier, runner, tiers
 
 PLACEMENTS = 4  # outputs per subject, timed in rotation (rosetta.timing.measure_in_turns says why)
@@ -37,7 +38,7 @@ class Group:
     dtype: torch.dtype
     shape: tuple
     role: str  # "headline" (a ladder table), "layout" (other input layouts), "sweep" (vs size) or
-    # "suite" (the shapes users bring: bench/shape_suite.py)
+    # "suite" (the shapes users bring: bench/run/shape_suite.py)
     layouts: tuple = ("",)  # the input layouts measured, in turns when more than one (see run_group)
 
 
@@ -123,7 +124,7 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     order. Every subject in a turn keeps its PLACEMENTS outputs alive, so a group whose outputs
     would take more than a quarter of the free memory is timed in several turns (long softmax
     rows: one each)."""
-    from .ceilings import apply_to_rows
+    from ..ceilings import apply_to_rows
 
     spec = SPECS[group.op]
     d = spec.directions()[group.direction]

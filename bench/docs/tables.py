@@ -6,8 +6,8 @@ from pathlib import Path
 
 from rosetta.ops import SPECS
 
-from .results import DEFAULT_LAYOUT, order_key
-from .tiers import REFERENCE_BACKENDS
+from ..results import DEFAULT_LAYOUT, order_key
+from ..tier_names import REFERENCE_BACKENDS
 
 
 def _num(value, fmt: str) -> str:
@@ -110,7 +110,7 @@ def lines_table(op: str) -> str:
     """Device and host NLOC per step (counted from the sources now) and the Triton-vs-CUDA totals."""
     import rosetta
 
-    from . import lines
+    from .. import lines
 
     out = ["| step | device NLOC | device tokens | host NLOC |", "|---|--:|--:|--:|"]
     totals = {}

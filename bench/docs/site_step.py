@@ -12,7 +12,8 @@ from pygments.lexers import CudaLexer, DiffLexer, PythonLexer
 import rosetta
 from rosetta.registry import REPO
 
-from . import ncu, site_data
+from ..profiling import ncu
+from . import site_data
 
 FORMATTER = HtmlFormatter(cssclass="highlight")
 LEXERS = {"cuda": CudaLexer, "triton": PythonLexer}

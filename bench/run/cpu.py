@@ -8,7 +8,7 @@ import torch
 import rosetta
 from rosetta.ops import SPECS
 
-from . import environment, lines, results
+from .. import environment, lines, results
 
 
 def interpreter_checks(ops, step=None) -> int:
@@ -72,5 +72,5 @@ def main(args) -> int:
         rows = results.read_rows(folder / "bench.csv")
         print(f"\nLast committed GPU results: {folder.relative_to(environment.RESULTS.parent)} ({env.get('gpu')}, "
               f"run {env.get('git_sha')}, {env.get('date_utc')}): {len(rows)} rows in bench.csv; the tables are "
-              "in README.md, KERNEL_LOG.md and `make report`'s site.")
+              "in README.md, KERNEL_LOG.md and `make site`'s site.")
     return 1 if failures else 0

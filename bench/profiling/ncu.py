@@ -9,7 +9,7 @@ import csv
 import io
 from pathlib import Path
 
-from . import results
+from .. import results
 
 METRICS = [
     "gpu__time_duration.sum",

@@ -8,8 +8,8 @@ profiles only the kernels inside the op's ranges (`--nvtx-include`) with `--cloc
 (clocks untouched); the markers split its kernel list into one group per subject, so a subject
 that launches several kernels (a two-pass reduction) is attributed exactly.
 
-    python -m rosetta.bench.nsight [--op OP]
-    python -m rosetta.bench.nsight --child softmax     (what ncu runs)
+    python -m rosetta.bench.profiling [--op OP]
+    python -m rosetta.bench.profiling --child softmax     (what ncu runs)
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def cases(op: str) -> list[tuple]:
     """(subject, direction, shape, dtype) for every tier and step of op."""
     from rosetta.ops import SPECS
 
-    from .suite import subjects, takes, Group
+    from ..run.suite import subjects, takes, Group
 
     spec = SPECS[op]
     found = []
@@ -61,8 +61,8 @@ def _marker():
 def child(op: str) -> None:
     from rosetta.ops import SPECS
 
-    from . import nvtx
-    from .tiers import runner
+    from ..run import nvtx
+    from ..run.tiers import runner
 
     marker, flag = _marker(), torch.zeros(1, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -113,16 +113,16 @@ def available_metrics(ncu: str) -> set[str]:
 
 
 def profile_op(ncu: str, op: str, metrics: list[str], log: Path) -> subprocess.CompletedProcess:
-    from . import nvtx
+    from ..run import nvtx
 
     cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", nvtx.ncu_filter(op),
            "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
-           "--log-file", str(log), sys.executable, "-m", "rosetta.bench.nsight", "--child", op]
+           "--log-file", str(log), sys.executable, "-m", "rosetta.bench.profiling", "--child", op]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=560)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rosetta.bench.nsight")
+    p = argparse.ArgumentParser(prog="python -m rosetta.bench.profiling")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--op", action="append")
     args = p.parse_args(argv)
@@ -132,7 +132,8 @@ def main(argv=None) -> int:
 
     import rosetta
 
-    from . import environment, ncu as ncu_parse, report, results
+    from .. import environment, results
+    from . import ncu as ncu_parse
 
     ncu = shutil.which("ncu") or "/opt/nvidia/nsight-compute/2025.3.1/ncu"
     if not torch.cuda.is_available() or not Path(ncu).exists():
@@ -178,7 +179,6 @@ def main(argv=None) -> int:
     env.update(profile_wall_s=round(time.monotonic() - start, 1), profile_git_sha=environment.git_sha(),
                ncu=subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1])
     results.write_environment(out_dir / "environment.json", env)
-    report.regenerate()
     print(f"profiled {len(parsed)} cases in {time.monotonic() - start:.0f} s -> "
           f"{(out_dir / 'ncu.csv').relative_to(rosetta.registry.REPO)}")
     return 0

@@ -12,7 +12,9 @@ import re
 import rosetta
 from rosetta.registry import REPO
 
-from . import markers, ncu, results, tables
+from .. import results
+from ..profiling import ncu
+from . import markers, tables
 
 LOG = REPO / "KERNEL_LOG.md"
 PLACEHOLDER = "_not written yet_"
