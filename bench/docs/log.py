@@ -14,7 +14,7 @@ from rosetta.registry import REPO
 
 from .. import results
 from ..profiling import ncu
-from . import markers, tables
+from . import markers, prose, tables
 
 LOG = REPO / "KERNEL_LOG.md"
 PLACEHOLDER = "_not written yet_"
@@ -135,6 +135,7 @@ def update(folder) -> bool:
         text = markers.replace(text, f"{op}/summary", op_block(op, rows, ncu_rows, folder))
         for v in rosetta.variants(op):
             text = markers.replace(text, v.label, step_block(v, rows, ncu_rows, sha if v.label in changed else None))
+    text = prose.render(text, prose.Data.load(folder))
     if text != original:
         LOG.write_text(text)
     return text != original

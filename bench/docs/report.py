@@ -13,7 +13,7 @@ from rosetta.registry import REPO
 
 from .. import ceilings, environment, results
 from ..sanitize import report as sanitize_report
-from . import claims, markers, tables
+from . import claims, markers, prose, tables
 
 README = REPO / "README.md"
 METHOD = REPO / "bench" / "METHOD.md"  # how it measures, the GPU box, the claims, adding a step
@@ -172,12 +172,14 @@ def _sanitize_total(text: str) -> str:
     return (total[0].strip("* ") + restarted) if total else "see the file"
 
 
-def update_file(path, blocks: dict) -> bool:
+def update_file(path, blocks: dict, folder) -> bool:
+    """Rewrite `path`'s generated blocks and the measured figures of its prose (bench.docs.prose)."""
     text = path.read_text()
     new = text
     for name in markers.names(text):
         if name in blocks:
             new = markers.replace(new, name, blocks[name])
+    new = prose.render(new, prose.Data.load(folder))
     if new != text:
         path.write_text(new)
     return new != text
@@ -213,9 +215,9 @@ def update_docs() -> None:
         print("no results/*/bench.csv yet: nothing to put in the docs")
         return
     op_pages(folder)
-    changed = update_file(README, readme_blocks(folder))
+    changed = update_file(README, readme_blocks(folder), folder)
     if METHOD.exists():
-        changed |= update_file(METHOD, readme_blocks(folder, base=METHOD.parent))
+        changed |= update_file(METHOD, readme_blocks(folder, base=METHOD.parent), folder)
     from . import log
 
     changed |= log.update(folder)
