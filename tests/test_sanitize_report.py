@@ -153,20 +153,20 @@ def test_markdown_table_and_csv(tmp_path):
 
 
 def test_a_run_that_hangs_is_started_once_more(tmp_path):
-    """The first start sleeps past its limit (a hung sanitizer); the second finishes: on_done sees
-    the second, the first log is kept beside it, and on_retry names the task."""
-    from rosetta.bench.sanitize.sanitizer import Pool, Task
+    """The first start sleeps past its limit (a hung sanitizer); the second finishes: the result is
+    the second's, marked restarted, and the first log is kept beside it."""
+    from rosetta.bench.sanitize.sanitizer import run_all
 
     marker = tmp_path / "started"
     script = f"if [ -e {marker} ]; then echo second; else touch {marker}; echo first; sleep 30; fi"
     log = tmp_path / "run.log"
-    done, again = [], []
-    pool = Pool(jobs=2, timeout=1.0, deadline=time.monotonic() + 120, env=dict(os.environ), cwd=tmp_path)
-    pool.run([Task("memcheck softmax cuda", ["sh", "-c", script], log, retries=1)],
-             lambda name, rc, timed_out, seconds: done.append((name, rc, timed_out)), again.append)
-    assert again == ["memcheck softmax cuda"]
-    assert done == [("memcheck softmax cuda", 0, False)]
+    done = []
+    run_all({"memcheck softmax cuda": (["sh", "-c", script], log, True)}, jobs=2, limit=1.0,
+            deadline=time.monotonic() + 120, env=dict(os.environ), on_done=lambda name, r: done.append((name, r)))
+    [(name, result)] = done
+    assert name == "memcheck softmax cuda" and result.returncode == 0 and result.restarted and not result.timed_out
     assert "second" in log.read_text() and "first" in (tmp_path / "run.log.timed-out").read_text()
+    again = [name]
     note = report.restart_note(again, 120)
     assert "memcheck softmax cuda" in note[0] and report.restart_note([], 120) == []
     assert report.restarts("\n".join(["**Total: ...**", *note])) == 1 and report.restarts("no note") == 0

@@ -112,7 +112,7 @@ def summary_table(rows: list[dict], table=None) -> str:
 
 
 def case_table(rows: list[dict], op: str) -> str:
-    lines = [f"| dtype | shape | torch (us) | " + " | ".join(
+    lines = ["| dtype | shape | torch (us) | " + " | ".join(
         f"{b} step=None | {b} kernel (us) | vs torch | fastest step | {b} call (us) | torch call (us) | call vs torch"
         for b in rosetta.BACKENDS) + " |",
         "|---|---|--:|" + "--:|--:|--:|--:|--:|--:|--:|" * len(rosetta.BACKENDS)]

@@ -24,8 +24,11 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+
+from rosetta.registry import REPO
 
 from . import report
 
@@ -113,99 +116,46 @@ def selfcheck_line(run: report.Run | None) -> str:
 
 
 @dataclass
-class Task:
-    name: str
-    argv: list[str]
-    log: Path  # stdout and stderr together: the sanitizer's lines stay in order with the markers
-    env: dict = field(default_factory=dict)  # on top of the pool's; None removes a variable
-    after: tuple = ()  # names of the tasks that must finish first
-    timeout: float | None = None  # None: the pool's
-    retries: int = 0  # runs started again after a timeout (the first log is kept as <log>.timed-out)
+class Result:
+    returncode: int | None  # None: not started (the time budget was spent)
+    timed_out: bool
+    seconds: float
+    restarted: bool = False
 
 
-class Pool:
-    """Up to `jobs` processes at a time, each with its own log and timeout, all inside a deadline."""
-
-    def __init__(self, jobs: int, timeout: float, deadline: float, env: dict, cwd: Path):
-        self.jobs, self.timeout, self.deadline, self.env, self.cwd = jobs, timeout, deadline, env, cwd
-
-    def run(self, tasks: list[Task], on_done, on_retry=lambda name: None) -> None:
-        """Start tasks in list order as slots free up; on_done(name, returncode, timed_out, seconds)
-        once per task, returncode None for a task that could not start before the deadline. A task
-        that times out with retries left and 30 s before the deadline starts again: on_retry(name)."""
-        pending, running, finished = list(tasks), [], set()
-        tries = {task.name: task.retries for task in tasks}
-        by_name = {task.name: task for task in tasks}
-        try:
-            while pending or running:
-                ready = [t for t in pending if set(t.after) <= finished]
-                while ready and len(running) < self.jobs:
-                    task = ready.pop(0)
-                    pending.remove(task)
-                    left = self.deadline - time.monotonic()
-                    started = self._start(task, min(task.timeout or self.timeout, left)) if left >= 30 else None
-                    if started is None:
-                        finished.add(task.name)
-                        on_done(task.name, None if left < 30 else 127, False, 0.0)
-                    else:
-                        running.append(started)
-                if not running and not ready and pending:  # waits on a task that never ran: give up
-                    for task in pending:
-                        on_done(task.name, None, False, 0.0)
-                    return
-                time.sleep(0.5)
-                for item in list(running):
-                    name, proc, handle, start, limit = item
-                    timed_out = proc.poll() is None and time.monotonic() - start > limit
-                    if timed_out:
-                        _kill(proc)
-                        left = self.deadline - time.monotonic()
-                        if tries[name] > 0 and left >= 30:
-                            tries[name] -= 1
-                            handle.close()
-                            task = by_name[name]
-                            task.log.replace(task.log.with_name(task.log.name + ".timed-out"))
-                            running.remove(item)
-                            restarted = self._start(task, min(task.timeout or self.timeout, left))
-                            if restarted is not None:  # None: could not start (its log says why)
-                                running.append(restarted)
-                                on_retry(name)
-                                continue
-                            finished.add(name)
-                            on_done(name, 127, True, time.monotonic() - start)
-                            continue
-                    if proc.poll() is not None:
-                        handle.close()
-                        running.remove(item)
-                        finished.add(name)
-                        on_done(name, proc.returncode, timed_out, time.monotonic() - start)
-        finally:  # interrupted (Ctrl-C): leave no sanitizer behind
-            for _, proc, handle, _, _ in running:
-                _kill(proc)
-                handle.close()
-
-    def _start(self, task: Task, limit: float):
-        handle = open(task.log, "w")
-        handle.write("$ " + shlex.join(task.argv) + "\n")
+def run_logged(argv: list[str], log: Path, env: dict, limit: float, retry: bool = False) -> Result:
+    """One process, stdout and stderr together in `log` (the sanitizer's lines stay in order with
+    the driver's markers), killed with its whole session after `limit` seconds. With `retry`, a
+    run that timed out starts once more (its first log kept as <log>.timed-out)."""
+    began = time.monotonic()
+    with open(log, "w") as handle:
+        handle.write("$ " + shlex.join(argv) + "\n")
         handle.flush()
-        env = {k: v for k, v in {**self.env, **task.env}.items() if v is not None}
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=REPO, env=env,
+                                start_new_session=True)  # its own session: the kill reaches the python under it
         try:
-            proc = subprocess.Popen(task.argv, stdout=handle, stderr=subprocess.STDOUT, cwd=self.cwd,
-                                    env=env, start_new_session=True)
-        except OSError as err:
-            handle.write(f"could not start: {err}\n")
-            handle.close()
-            return None
-        return task.name, proc, handle, time.monotonic(), limit
+            returncode, timed_out = proc.wait(timeout=limit), False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            returncode, timed_out = proc.wait(), True
+    if timed_out and retry:
+        log.replace(log.with_name(log.name + ".timed-out"))
+        again = run_logged(argv, log, env, limit)
+        return Result(again.returncode, again.timed_out, time.monotonic() - began, restarted=True)
+    return Result(returncode, timed_out, time.monotonic() - began)
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    """The process's own session (start_new_session): the sanitizer and the python under it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+def run_all(tasks: dict, jobs: int, limit: float, deadline: float, env: dict, on_done) -> None:
+    """tasks: name -> (argv, log, retry). At most `jobs` at a time, in the order given; a task that
+    cannot start 30 s before the deadline is reported as not started; on_done(name, Result)."""
+    def one(name):
+        argv, log, retry = tasks[name]
+        left = deadline - time.monotonic()
+        result = run_logged(argv, log, env, min(limit, left), retry) if left >= 30 else Result(None, False, 0.0)
+        on_done(name, result)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(one, tasks))
 
 
 def build_cuda() -> str:
@@ -234,8 +184,6 @@ def main(argv=None) -> int:
 
     import rosetta
     from rosetta.ops import SPECS
-    from rosetta.registry import REPO
-
     from .. import environment
 
     sanitizer = find_sanitizer()
@@ -271,52 +219,44 @@ def main(argv=None) -> int:
     jobs.insert(0, ("memcheck", SELFCHECK, "triton"))
     commands = {f"{t} {o} {b}": command(sanitizer, t, o, b, known, args.shapes) for t, o, b in jobs}
     logs = {name: log_dir / f"{name.replace(' ', '-')}.log" for name in commands}
-    # Triton kernels compile first, unsanitized, one process per step, into Triton's disk cache; the
-    # sanitized Triton run of an op waits for them and then only loads cubins. CUDA runs fill the
-    # other slots meanwhile. (The caching allocator stays on there: it is not under the sanitizer.)
-    warm = {op: [Task(f"warm {v.label}", driver(op, "triton", args.shapes, v.step),
-                      log_dir / f"warm-{v.label.replace('/', '-')}.log",
-                      env={"PYTORCH_NO_CUDA_MEMORY_CACHING": None}, timeout=WARM_TIMEOUT)
-                 for v in rosetta.variants(op, "triton")] for _, op, b in jobs if b == "triton" and op != SELFCHECK}
-    tasks = [Task(name, argv, logs[name]) for name, argv in commands.items() if SELFCHECK in name]
-    tasks += [task for group in warm.values() for task in group]
+    # Triton kernels compile first, unsanitized, one process per step, into Triton's disk cache (the
+    # sanitized runs then only load cubins; the caching allocator stays on there).
+    env = {**os.environ, **CHILD_ENV}
+    warm = {f"warm {v.label}": (driver(op, "triton", args.shapes, v.step), log_dir / f"warm-{v.label.replace('/', '-')}.log", False)
+            for op in {op for _, op, b in jobs if b == "triton"} for v in rosetta.variants(op, "triton")}
+
+    def warmed(name, result):
+        state = "ok" if result.returncode == 0 else "timed out" if result.timed_out else f"exit {result.returncode}"
+        print(f"  {name}: {state} ({result.seconds:.0f} s)", flush=True)
+
+    run_all(warm, args.jobs, WARM_TIMEOUT, deadline, {k: v for k, v in env.items() if k != "PYTORCH_NO_CUDA_MEMORY_CACHING"},
+            warmed)
     # A sanitized process has hung now and then on the H100 (a different run each time, which passes
     # in seconds on its next start; one such log read "No attachable process found", the reason for
     # --launch-timeout above): each run gets one more start after a timeout, and the report names
     # the runs that needed it.
-    tasks += [Task(name, argv, logs[name], after=tuple(t.name for t in warm.get(name.split()[1], []))
-                   if name.endswith(" triton") else (), retries=1)
-              for name, argv in commands.items() if SELFCHECK not in name]
     retried = []
 
-    def again(name):
-        retried.append(name)
-        print(f"  {name}: timed out, started again", flush=True)
-
-    done = [0]
-
-    def finished(name, returncode, timed_out, seconds):
-        if name.startswith("warm "):
-            state = "ok" if returncode == 0 else "timed out" if timed_out else f"exit {returncode}"
-            print(f"  {name}: {state} ({seconds:.0f} s)", flush=True)
-            return
+    def finished(name, result):
         tool, op, b = name.split()
         expected = tuple((v.label, d) for v in rosetta.variants(op, b) for d in SPECS[op].directions()) \
             if op != SELFCHECK else ()
-        if returncode is None:
+        if result.returncode is None:
             run = failed_run(tool, op, b, "not started (time budget)")
         else:
-            text = logs[name].read_text(errors="replace")
-            run = report.parse(text, tool, op, b, returncode=returncode, timed_out=timed_out,
-                               expected=expected)
+            run = report.parse(logs[name].read_text(errors="replace"), tool, op, b, returncode=result.returncode,
+                               timed_out=result.timed_out, expected=expected)
         runs[name] = run
-        done[0] += 1
+        if result.restarted:
+            retried.append(name)
         errors = sum(r.errors for r in run.rows)
         hazards = sum(r.warnings for r in run.rows)
-        print(f"[{done[0]:2d}/{len(commands)}] {tool:9s} {op}/{b}: {run.status}, {errors} errors"
-              f"{f', {hazards} race warnings' if hazards else ''} ({seconds:.0f} s)", flush=True)
+        print(f"[{len(runs):2d}/{len(commands)}] {tool:9s} {op}/{b}: {run.status}, {errors} errors"
+              f"{f', {hazards} race warnings' if hazards else ''}{', restarted once' if result.restarted else ''} "
+              f"({result.seconds:.0f} s)", flush=True)
 
-    Pool(args.jobs, args.timeout, deadline, {**os.environ, **CHILD_ENV}, REPO).run(tasks, finished, again)
+    run_all({name: (argv, logs[name], SELFCHECK not in name) for name, argv in commands.items()},
+            args.jobs, args.timeout, deadline, env, finished)
 
     check = selfcheck_line(runs.pop(f"memcheck {SELFCHECK} triton", None))
     print(check)
