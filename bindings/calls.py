@@ -24,15 +24,27 @@ from .ops.spec import fits_layout
 MAX_SIGNATURES = 4096  # cached call signatures; past this the cache starts again
 _PREPARED: dict = {}
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_STRIDED = torch.strided
+# looked up once: each is a C function, and an attribute chain costs about as much as the call
+_is_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_grad_enabled = torch.is_grad_enabled
 
 
 def call(op: str, backend: str, step: int | None, inputs: tuple):
     """rosetta.<op>(*inputs, backend=backend, step=step)."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() \
-            or not all(type(t) in _PLAIN and t.layout == torch.strided for t in inputs):
+    if _is_compiling() or _dispatch_modes():  # first: a tracer must not see data_ptr() below
         return registered_call(op, backend, step, inputs)
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
-    key = (op, backend, step, grad, *[(t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16) for t in inputs])
+    key = [op, backend, step]
+    wants_grad = False
+    for t in inputs:  # one pass: the signature, and whether this call can run eagerly at all
+        if type(t) not in _PLAIN or t.layout != _STRIDED:
+            return registered_call(op, backend, step, inputs)
+        key.append((t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16))
+        wants_grad = wants_grad or t.requires_grad
+    grad = wants_grad and _grad_enabled()
+    key.append(grad)
+    key = tuple(key)
     run = _PREPARED.get(key)
     if run is None:
         run = prepare(op, backend, step, inputs, grad)  # raises, caching nothing, on bad inputs
@@ -79,7 +91,7 @@ def prepare(op: str, backend: str, step: int | None, inputs: tuple, grad: bool):
     dispatch.check_inputs(v, "forward", inputs)
     torch_ops.op(v)  # registered now, in eager: torch.compile may trace this step later
     if grad and SPECS[op].autograd:
-        return differentiable(v)
+        return differentiable(v, inputs)
     return direct(v, "forward", inputs)
 
 
@@ -118,26 +130,29 @@ def _viewable(view, t) -> bool:
     return True
 
 
-_FUNCTIONS: dict = {}
+_STEP_OPS: dict = {}
 
 
-def differentiable(v):
-    """The step as an autograd.Function (one class per step, made once): forward and backward
-    run its kernels directly, with the spec's autograd rules (what to save, how to form the
-    gradients) as the registered op uses them."""
-    if v.qualname not in _FUNCTIONS:
-        setup, grads = SPECS[v.op].autograd
-        ops = SimpleNamespace(forward=direct(v, "forward"),
-                              backward=direct(v, "backward") if SPECS[v.op].backward else None)
+def differentiable(v, inputs: tuple):
+    """The step as an autograd.Function for one call signature (made once, cached with it): the
+    forward runs the signature's prepared launch, the backward the step's kernels on whatever
+    tensors the spec's autograd rules hand it (softmax: its backward kernel; matmul: the step on
+    transposed views), as the registered op does."""
+    if v.qualname not in _STEP_OPS:
+        _STEP_OPS[v.qualname] = SimpleNamespace(forward=direct(v, "forward"),
+                                                backward=direct(v, "backward") if SPECS[v.op].backward else None)
+    ops = _STEP_OPS[v.qualname]
+    setup, grads = SPECS[v.op].autograd
+    run = direct(v, "forward", inputs)
 
-        def forward(ctx, *inputs):
-            out = ops.forward(*inputs)
-            setup(ctx, inputs, out)
-            return out
+    def forward(ctx, *tensors):
+        out = run(*tensors)
+        setup(ctx, tensors, out)
+        return out
 
-        def backward(ctx, grad):
-            return grads(ops, ctx, grad)
+    def backward(ctx, grad):
+        return grads(ops, ctx, grad)
 
-        _FUNCTIONS[v.qualname] = type(f"{v.qualname}_function", (torch.autograd.Function,),
-                                      {"forward": staticmethod(forward), "backward": staticmethod(backward)})
-    return _FUNCTIONS[v.qualname].apply
+    function = type(f"{v.qualname}_function", (torch.autograd.Function,),
+                    {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    return function.apply

@@ -16,7 +16,7 @@ COMMON_DIR = CUDA_DIR / "common"
 BINDING = Path(__file__).with_name("binding.cpp")
 # In a checkout beside the sources; from an installed wheel in the user's cache.
 BUILD_ROOT = REPO / ".build" if CHECKOUT else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernel-rosetta"
-_loaded = False
+_module = None  # the built extension: a Python module whose functions are the launchers
 HOPPER_GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
 # What torch's cpp_extension adds to every nvcc call; CI's plain-nvcc compile check uses the same.
 TORCH_NVCC_DEFINES = [
@@ -71,11 +71,12 @@ def shim_text(cu: Path, step=None) -> str:
     return f'#define ROSETTA_DTYPES {cuda_codegen.dtype_macro(step)}\n#include "{cu}"\n'
 
 
-def load(verbose: bool = False) -> None:
-    """Build (or reuse) the extension and load it: torch.ops.rosetta.*_out then exist."""
-    global _loaded
-    if _loaded:
-        return
+def load(verbose: bool = False):
+    """Build (or reuse) the extension and load it: torch.ops.rosetta.*_out then exist, and the
+    returned module has the same launchers as plain functions (`module.<op name>_out`)."""
+    global _module
+    if _module is not None:
+        return _module
     import torch
     from torch.utils import cpp_extension
 
@@ -88,16 +89,16 @@ def load(verbose: bool = False) -> None:
     write_generated(build_dir)
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list  # so torch adds no second, different target
     try:
-        cpp_extension.load(
+        _module = cpp_extension.load(
             name="rosetta_cuda",
             sources=_sources(build_dir),
             extra_cflags=["-O3", "-std=c++17"],
             extra_cuda_cflags=NVCC_FLAGS + gencode,
             extra_include_paths=[str(COMMON_DIR), str(build_dir)],
             build_directory=str(build_dir),
-            is_python_module=False,
+            is_python_module=True,
             verbose=verbose,
         )
     except Exception as err:  # cpp_extension raises RuntimeError with ninja's output attached
         raise CudaBuildError(f"building the CUDA steps in {build_dir} failed:\n{err}") from err
-    _loaded = True
+    return _module

@@ -72,8 +72,7 @@ def kernel(v: Step, direction: str):
         if fn is None:
             raise NotImplementedError(f"{v.source} has no launch_{direction}()")
         return on_tensors_device(fn)
-    cuda_build.load()
-    return getattr(torch.ops.rosetta, _op_name(v, direction) + "_out").default  # the overload: no packet lookup
+    return getattr(cuda_build.load(), _op_name(v, direction) + "_out")  # pybind11: no dispatcher in between
 
 
 def on_tensors_device(fn):
