@@ -10,6 +10,8 @@ BENCH = PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench
 # torch==2.13.0 is the CPU build on machines without a GPU (a plain `torch` would pull a multi-GB
 # CUDA build); triton 3.6.0 is the reference GPU's, so the interpreter runs the same Triton there;
 # numpy<2.4 because triton 3.6's interpreter breaks on runtime-bounded range() with numpy>=2.4.
+# Every editable install makes setuptools print a notice (UserWarning "Editable installation ... be
+# careful with folders of the package's name"): said here once, silenced there.
 # The site's headless-browser test needs Chromium: where none is on PATH, Debian's `chromium` is
 # installed through apt (as root, or with sudo); where that cannot be done, setup says so and goes on
 # (the test then fails unless ROSETTA_NO_BROWSER=1).
@@ -17,7 +19,7 @@ setup:
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q "torch==2.13.0" "triton==3.6.0" "numpy<2.4"
-	$(VENV)/bin/python -m pip install -q -e ".[test]"
+	PYTHONWARNINGS="ignore::UserWarning" $(VENV)/bin/python -m pip install -q -e ".[test]"
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; else SUDO=no; fi; \
 	  if [ "$$SUDO" != no ] && command -v apt-get >/dev/null 2>&1 \
