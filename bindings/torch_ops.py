@@ -75,12 +75,16 @@ def kernel(v: Step, direction: str):
     return getattr(cuda_build.load(), _op_name(v, direction) + "_out")  # pybind11: no dispatcher in between
 
 
+def _current_device() -> int:
+    return torch._C._cuda_getDevice()  # what torch.cuda.current_device() returns, without its Python checks
+
+
 def on_tensors_device(fn):
     """Triton launches on the *current* device; the tensors may live on another (inputs on cuda:1
     while cuda:0 is current). The CUDA binding sets a device guard for the same reason."""
     def launch(*tensors, **overrides):
-        device = tensors[0].device
-        if device.type != "cuda" or device.index == torch.cuda.current_device():  # CPU: the interpreter
+        device = tensors[0].get_device()  # -1 on the CPU (the interpreter); an int: no device object
+        if device < 0 or device == _current_device():
             return fn(*tensors, **overrides)
         with torch.cuda.device(device):
             return fn(*tensors, **overrides)

@@ -70,6 +70,17 @@ def output_tiles(a: torch.Tensor, b: torch.Tensor) -> int:
     return -(-a.shape[0] // 128) * -(-b.shape[1] // 128)
 
 
+def m_rows(a: torch.Tensor, b: torch.Tensor) -> int:
+    """M: the small-M step streams B once for every row of A, and keeps up to 16 of them."""
+    return a.shape[0]
+
+
+def b_column_major(a: torch.Tensor, b: torch.Tensor) -> int:
+    """1 when B's elements run down its columns (b.t() of a row-major (N, K) weight): a step that
+    streams B's rows cannot read it without a copy as large as B."""
+    return int(b.shape[1] > 1 and b.stride(1) != 1)
+
+
 def tma_readable(t: torch.Tensor) -> torch.Tensor:
     """t, or a copy in 16-byte-aligned rows where TMA could not read t: the gradient dC arrives
     M x N contiguous, which a column-major b with an odd N lets through the forward."""
@@ -136,7 +147,7 @@ SPEC = OpSpec(
     position=4,
     forward=Direction(
         inputs=("a", "b"), output="out", make_inputs=make_inputs,
-        allocate=lambda a, b: torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device),
+        allocate=lambda a, b: a.new_empty((a.shape[0], b.shape[1])),
         reference=lambda a, b: a.double() @ b.double(),
         error_scale=error_scale,
         # fp32: true fp32 (TF32 would miss by 1e-3); half types: the output's rounding, 2^-11 / 2^-8
@@ -173,6 +184,9 @@ SPEC = OpSpec(
         (1, 64, 1),  # one dot product of length 64: the whole K loop for one output
         (64, 4096, 8),  # long K, thin N: N smaller than any tile
         (3, 5000, 7),  # long K, tiny M and N
+        (1, 3000, 4096),  # one row: a GEMV, K split over blocks, 16-byte rows of B
+        (9, 777, 1031),  # 9 rows (padded to 16), odd K and N: B's rows element by element
+        (16, 4096, 520),  # 16 rows, a ragged last strip of columns, K split
         (5, 0, 6),  # K = 0: the result is zeros
         (0, 16, 8),  # M = 0: an empty result
         (300, 1000, 456),  # 16-bit rows in whole 16 bytes (K, N multiples of 8), yet no tile divides
@@ -193,7 +207,8 @@ SPEC = OpSpec(
     slow_call_ms=150.0,
     problem=lambda a, b: (a.shape[0], a.shape[1], b.shape[1]),
     suite=SUITE,
-    bounds={"tma_unaligned": tma_unaligned, "tma_out_unaligned": tma_out_unaligned, "output_tiles": output_tiles},
+    bounds={"tma_unaligned": tma_unaligned, "tma_out_unaligned": tma_out_unaligned, "output_tiles": output_tiles,
+            "m_rows": m_rows, "b_column_major": b_column_major},
     input_layouts=INPUT_LAYOUTS,
     layout_headlines=(Headline((4096, 4096, 4096), HALF), Headline((8192, 8192, 8192), HALF)),
 )

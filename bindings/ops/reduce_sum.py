@@ -25,7 +25,7 @@ SPEC = OpSpec(
     position=2,
     forward=Direction(
         inputs=("x",), output="out", make_inputs=make_inputs,
-        allocate=lambda x: torch.empty((), dtype=torch.float32, device=x.device),
+        allocate=lambda x: x.new_empty((), dtype=torch.float32),
         reference=lambda x: x.double().sum(),
         # |out - ref| <= 1e-5 * sum|x|: what fp32 accumulation must reach, whatever the order
         error_scale=lambda inputs, ref: inputs[0].double().abs().sum(),

@@ -116,7 +116,7 @@ SPEC = OpSpec(
     position=3,
     forward=Direction(
         inputs=("x",), output="out", make_inputs=make_inputs,
-        allocate=lambda x: torch.empty(x.shape, dtype=x.dtype, device=x.device),
+        allocate=lambda x: torch.empty_like(x, memory_format=torch.contiguous_format),
         reference=lambda x: torch.softmax(x.double(), -1),
         error_scale=forward_scale, tolerance=TOLERANCE, row_inputs=lambda inputs, rows: (inputs[0][rows],),
         minimal_bytes=lambda shape, dtype: 2 * torch.Size(shape).numel() * dtype.itemsize,  # 1 read + 1 write
@@ -127,7 +127,7 @@ SPEC = OpSpec(
     ),
     backward=Direction(
         inputs=("y", "dy"), output="dx", make_inputs=make_backward_inputs,
-        allocate=lambda y, dy: torch.empty(y.shape, dtype=y.dtype, device=y.device),
+        allocate=lambda y, dy: torch.empty_like(y, memory_format=torch.contiguous_format),
         reference=backward_reference, error_scale=backward_scale, tolerance=TOLERANCE,
         row_inputs=lambda inputs, rows: tuple(t[rows] for t in inputs),
         minimal_bytes=lambda shape, dtype: 3 * torch.Size(shape).numel() * dtype.itemsize,  # 2 reads + 1 write
