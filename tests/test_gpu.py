@@ -111,6 +111,8 @@ def breaking_shape(quantity: str, relation: str, limit: int, dtype) -> tuple:
         return (2, (limit // size // 64 + 1) * 64)
     if quantity == "output_tiles":  # 16 x 32 tiles of 128 x 128
         return (2048, 64, 4096)
+    if quantity == "m_rows":
+        return (limit + 1, 64, 32)
     return {"tma_unaligned": (16, 33, 16),  # K = 33: 66-byte rows
             "unaligned_rows": (2, 16387),  # past step 5's rows, not whole 16-byte vectors
             "uneven_register_slices": (2, 16388)}[quantity]  # 2 slices of 8,194: not whole fp32 vectors
@@ -123,7 +125,7 @@ BOUNDS = [(v, q, rel, limit) for v in VARIANTS
 @pytest.mark.parametrize("v,quantity,relation,limit", BOUNDS,
                          ids=lambda p: getattr(p, "label", str(p)))
 def test_declared_limit_raises_naming_the_steps_that_take_it(gen, v, quantity, relation, limit):
-    if quantity == "tma_out_unaligned":  # b column-major, which TMA reads; out's rows 126 bytes
+    if quantity in ("tma_out_unaligned", "b_column_major"):  # b column-major (out's rows: 126 bytes)
         a, b = make_inputs(v.op, (16, 32, 63), v.dtypes[0], GPU, gen)
         inputs = (a, b.t().contiguous().t())
     else:
@@ -150,8 +152,10 @@ DIFFERENTIABLE = [v for v in VARIANTS if SPECS[v.op].autograd]
 def test_autograd_runs_the_same_step(gen, v):
     """Gradients through the step's own kernels against fp64 autograd on the same inputs."""
     dtype = v.dtypes[0]
-    # matmul: rows TMA can read; softmax: short rows, else the long ones steps 6-8 are meant for
-    shapes = {"softmax": [(37, 777), (5, 50000), (3, 32768)], "matmul": [(64, 128, 48)]}[v.op]
+    # matmul: rows TMA can read, else K = 1, whose backward products the small-M steps take
+    # (dA = dC @ B^T with B^T a single column, dB = A^T @ dC with one row); softmax: short rows,
+    # else the long ones steps 6-8 are meant for
+    shapes = {"softmax": [(37, 777), (5, 50000), (3, 32768)], "matmul": [(64, 128, 48), (8, 1, 8)]}[v.op]
     inputs = list(fitting_inputs(v, shapes, dtype, gen, grad=True))
     out = v(*inputs)
     grad = torch.randn(out.shape, device=GPU, generator=gen).to(dtype)
@@ -215,7 +219,7 @@ FULL_CHECKS = QUICK_CHECKS + ("test_aot_dispatch_dynamic",)
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
 def test_opcheck(gen, v):
     dtype = v.dtypes[0]
-    shapes = {"softmax": [(7, 33), (2, 32768)], "matmul": [(24, 16, 8)]}.get(v.op, [SPECS[v.op].test_shapes[2]])
+    shapes = {"softmax": [(7, 33), (2, 32768)], "matmul": [(24, 16, 8), (8, 1, 8)]}.get(v.op, [SPECS[v.op].test_shapes[2]])
     inputs = fitting_inputs(v, shapes, dtype, gen, grad=bool(SPECS[v.op].autograd))
     shape = tuple(inputs[0].shape) if v.op == "softmax" else shapes[0]
     inputs = tuple(t.detach() for t in inputs)

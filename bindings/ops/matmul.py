@@ -71,14 +71,16 @@ def output_tiles(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def m_rows(a: torch.Tensor, b: torch.Tensor) -> int:
-    """M: the small-M step streams B once for every row of A, and keeps up to 16 of them."""
-    return a.shape[0]
+    """Rows of A in every product the call runs: the small-M steps stream B once and keep up to
+    16 rows. With a gradient for b, dB = A^T @ dC is a product of K rows."""
+    return max(a.shape[0], a.shape[1] if b.requires_grad else 0)
 
 
 def b_column_major(a: torch.Tensor, b: torch.Tensor) -> int:
-    """1 when B's elements run down its columns (b.t() of a row-major (N, K) weight): a step that
-    streams B's rows cannot read it without a copy as large as B."""
-    return int(b.shape[1] > 1 and b.stride(1) != 1)
+    """1 when a product the call runs has a B whose elements run down its columns (b.t() of a
+    row-major (N, K) weight; and, with a gradient for a, dA = dC @ B^T): a step that streams
+    B's rows cannot read it without a copy as large as B."""
+    return int((b.shape[1] > 1 and b.stride(1) != 1) or (a.requires_grad and b.shape[0] > 1))
 
 
 def tma_readable(t: torch.Tensor) -> torch.Tensor:
