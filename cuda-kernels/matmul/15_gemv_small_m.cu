@@ -1,40 +1,41 @@
 /*
 Step 15 — small M: the product as a stream of B's rows on the CUDA cores (GEMV-style)
-Changed:  for M <= 16 there are no tiles. A block of 256 threads owns a strip of 32 x V columns
-          of B (V = 16 bytes of elements: 8 bf16/fp16, 4 fp32; 8 bytes when M > 8, so that the
-          M x V fp32 sums stay within 64 registers) and a slice of K. Warp w walks the slice's
-          rows w, w + 8, w + 16, ...; each lane loads V elements of a row in one 16-byte
-          streaming load (ld.global.cs: read once, evict first) and adds a[m][k] x b[k][n..n+V)
-          into its sums, for every m. A's slice waits in shared memory, 256 k at a time, read as a
-          broadcast (every lane the same address). The 8 warps' sums meet in shared memory.
+Changed:  for M <= 8 there are no tiles. A block of 256 threads owns a strip of 32 x V columns
+          of B (V = 16 bytes of elements: 8 bf16/fp16, 4 fp32) and a slice of K. Warp w walks the
+          slice's rows w, w + 8, w + 16, ..., eight rows a round: the eight 16-byte streaming
+          loads (ld.global.cs: read once, evict first) are all issued before the first multiply,
+          4 KB of B in flight per warp. Each lane adds a[m][k] x b[k][n..n+V) into M x V fp32
+          sums. A's slice waits in shared memory, 256 k at a time, k-major, so a column of A is
+          M consecutive floats: 128-bit broadcast loads (every lane the same address). The 8
+          warps' sums meet in shared memory.
           With K split over S blocks, each strip's S partial sums go to a workspace and the last
           block of the strip to finish (an atomic ticket per strip) adds them in the order
           z = 0 .. S-1 and writes out: one kernel, and the same bits on every run -- the in-kernel
           fix-up step 14's "Still:" asked for.
-Why:      at M <= 16 a GEMM is a read of B: 1 x 4096 x 4096 bf16 is 33.5 MB for 33.5 Mflop (one
+Why:      at M <= 8 a GEMM is a read of B: 1 x 4096 x 4096 bf16 is 33.5 MB for 33.5 Mflop (one
           flop per byte; fp32 half that), ~11 us at 3 TB/s, and nothing else matters. Steps 11-14
           pad M to 64 rows of wgmma (94-98% zeros at M = 1-4: free while memory-bound) and keep
           a tile's pipeline of 24 KB stages per SM, with its fill and drain in every block. Here
           the bytes in flight come from many small blocks instead: S is chosen for ~4 blocks per
-          SM (528 blocks at 1 x 4096 x 4096 bf16, 33 K-slices of 128 rows), each warp keeping
-          up to 4 rows (2 KB) of loads in flight. The fp32 ladder (steps 1-8) has no M <= 16 path
-          at all: step 8 at 1 x 4096 x 4096 reads B through 128 x 128 tiles on 32 SMs.
+          SM (528 blocks at 1 x 4096 x 4096 bf16, 33 K-slices of 128 rows). The fp32 ladder
+          (steps 1-8) has no small-M path at all: step 8 at 1 x 4096 x 4096 reads B through
+          128 x 128 tiles on 32 SMs.
 Still:    the partials cost 2 x S x M x N x 4 bytes (S is capped so this stays under 1/8 of B's
-          bytes: fewer slices as M grows, 8 at M = 16, K = 4096 in bf16). A column-major B (a
+          bytes: fewer slices as M grows, 16 at M = 8, K = 4096 in bf16). A column-major B (a
           weight stored (out, in) and used as W.t()) would need its columns walked instead: the
           dot-product form of a GEMV, not written here, so it is refused (`b_column_major`) and
-          steps 11-14 read it through TMA. At M = 9-16 the sums are 16 rows: up to 7 rows of
-          padding multiplied for nothing (memory-bound, so nearly free).
-Limits:   M <= 16 (`m_rows`), B row-major (`b_column_major`): anything else is refused before
+          steps 11-14 read it through TMA. Each row of B costs a lane V x M FFMAs and the
+          conversions: at M = 16 that is ~70 instructions per 8 bytes, the issue rate at HBM
+          speed, so M > 8 is left to the tensor cores (step 14). M = 5-7 multiply 8 rows.
+Limits:   M <= 8 (`m_rows`), B row-major (`b_column_major`): anything else is refused before
           launch. A needs its last stride 1 (the dispatcher copies it otherwise: M x K is small).
           B's rows use the 16-byte path when B starts on 16 bytes and its row stride is a multiple
           of V, else element by element; N, K < 2^31.
 Dtypes:   float32, bfloat16, float16
 Layout:   rows
-Max:      m_rows <= 16; b_column_major <= 0
+Max:      m_rows <= 8; b_column_major <= 0
 */
 #include <climits>
-#include <type_traits>
 
 #include "rosetta.cuh"
 
@@ -46,36 +47,48 @@ constexpr int kMinSlice = 64;    // k rows per block at least: 8 per warp
 constexpr int kMaxSplit = 64;
 constexpr int kBlocksPerSm = 4;  // the grid's target: enough 256-thread blocks to keep HBM busy
 
-// Elements of B a thread loads per row: 16 bytes, or 8 with 16 rows of sums (register budget).
-template <typename T, int MR> constexpr int cols_per_thread() { return (MR > 8 ? 8 : 16) / int(sizeof(T)); }
+// Elements of B a thread loads per row: 16 bytes.
+template <typename T> constexpr int cols_per_thread() { return 16 / int(sizeof(T)); }
 
-// V elements of a row, p[0..V), of which `valid` exist (<= 0: none); the rest read as 0.
-template <typename T, int V, bool kVec>
-__device__ __forceinline__ void load_row(const T* p, int valid, float (&v)[V]) {
-  using Raw = std::conditional_t<V * sizeof(T) == 16, uint4, uint2>;
-  if (kVec && valid >= V) {
-    const Raw raw = __ldcs(reinterpret_cast<const Raw*>(p));  // streamed: B is read exactly once
-    const T* e = reinterpret_cast<const T*>(&raw);
+// Rows of B a warp loads before it multiplies: all in flight at once, U x 512 bytes a warp.
+constexpr int U = 8;
+
+// V elements of a row as one 16-byte streaming load (B is read exactly once: evict first).
+__device__ __forceinline__ uint4 load_raw(const void* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
+
+template <typename T, int V>
+__device__ __forceinline__ void to_floats(const uint4& raw, float (&v)[V]) {
+  const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = rosetta::to_float(e[j]);
-  } else {
+  for (int j = 0; j < V; ++j) v[j] = rosetta::to_float(e[j]);
+}
+
+// acc[m][j] += a[m][k] * b[k][n + j] for the MR rows of A's column k (MR consecutive floats in
+// shared memory, the same address for every lane: 128-bit broadcast loads) and V values of B's row k.
+template <int MR, int V>
+__device__ __forceinline__ void multiply_row(const float* a_k, const float (&bv)[V], float (&acc)[MR][V]) {
+  float av[MR];
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = j < valid ? rosetta::to_float(p[j]) : 0.f;
-  }
+  for (int m = 0; m < MR; ++m) av[m] = a_k[m];
+#pragma unroll
+  for (int m = 0; m < MR; ++m)
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[m][j] = fmaf(av[m], bv[j], acc[m][j]);
 }
 
 // out = a @ b for M <= MR rows of a. Block (x, z): columns [x * 32V, (x + 1) * 32V), k-slice z.
 template <typename T, int MR, bool kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)  // <= 128 registers: two blocks an SM at M = 8
     gemv_rows(const T* __restrict__ a, int64_t lda, const T* __restrict__ b, int64_t ldb, T* __restrict__ out,
               float* __restrict__ partials, unsigned* __restrict__ tickets, int M, int N, int K, int slice) {
-  constexpr int V = cols_per_thread<T, MR>(), kStrip = 32 * V;
-  __shared__ float a_s[MR][kChunk];
+  constexpr int V = cols_per_thread<T>(), kStrip = 32 * V;
+  __shared__ __align__(16) float a_s[kChunk][MR];  // k-major: a column of A is MR consecutive floats
   __shared__ float sums[kWarps][kStrip];
   __shared__ bool last;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int strip = blockIdx.x * kStrip;
   const int valid = N - (strip + lane * V);  // this thread's columns that exist (<= 0: none)
+  const bool full = kVec && valid >= V;      // the 16-byte path, fixed for the whole block
   const int k_begin = blockIdx.y * slice, k_end = min(K, k_begin + slice);
 
   float acc[MR][V];
@@ -88,20 +101,37 @@ __global__ void __launch_bounds__(kThreads)
     const int rows = min(kChunk, k_end - c0);
     __syncthreads();  // every warp is done with the previous chunk of A
     for (int i = threadIdx.x; i < MR * kChunk; i += kThreads) {
-      const int m = i / kChunk, k = i % kChunk;
-      a_s[m][k] = m < M && k < rows ? rosetta::to_float(a[m * lda + c0 + k]) : 0.f;
+      const int k = i / MR, m = i % MR;
+      a_s[k][m] = m < M && k < rows ? rosetta::to_float(a[m * lda + c0 + k]) : 0.f;
     }
     __syncthreads();
     const T* row = b + int64_t(c0) * ldb + strip + lane * V;
-#pragma unroll 4
-    for (int k = warp; k < rows; k += kWarps) {
-      float bv[V];
-      load_row<T, V, kVec>(row + int64_t(k) * ldb, valid, bv);
+    int k = warp;
+    if (full) {
+      // U rows a round, every load issued before the first multiply: a warp keeps U x 512 bytes
+      // of B in flight instead of waiting out each row's DRAM latency alone
+      for (; k + (U - 1) * kWarps < rows; k += U * kWarps) {
+        uint4 raw[U];
 #pragma unroll
-      for (int m = 0; m < MR; ++m) {
-        const float av = a_s[m][k];  // one address for the whole warp: a broadcast
+        for (int u = 0; u < U; ++u) raw[u] = load_raw(row + int64_t(k + u * kWarps) * ldb);
 #pragma unroll
-        for (int j = 0; j < V; ++j) acc[m][j] = fmaf(av, bv[j], acc[m][j]);
+        for (int u = 0; u < U; ++u) {
+          float bv[V];
+          to_floats<T, V>(raw[u], bv);
+          multiply_row<MR, V>(a_s[k + u * kWarps], bv, acc);
+        }
+      }
+      for (; k < rows; k += kWarps) {  // the chunk's last rows: fewer than U per warp
+        float bv[V];
+        to_floats<T, V>(load_raw(row + int64_t(k) * ldb), bv);
+        multiply_row<MR, V>(a_s[k], bv, acc);
+      }
+    } else {  // the ragged last strip, or rows not on 16 bytes: element by element
+      for (; k < rows; k += kWarps) {
+        float bv[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) bv[j] = j < valid ? rosetta::to_float(row[int64_t(k) * ldb + j]) : 0.f;
+        multiply_row<MR, V>(a_s[k], bv, acc);
       }
     }
   }
@@ -154,7 +184,7 @@ int choose_split(int64_t strips, int M, int K, int element_bytes) {
 
 template <typename T, int MR>
 cudaError_t launch(const rosetta::MatmulArgs& args, int M, int N, int K, cudaStream_t stream) {
-  constexpr int V = cols_per_thread<T, MR>(), kStrip = 32 * V;
+  constexpr int V = cols_per_thread<T>(), kStrip = 32 * V;
   const int64_t strips = rosetta::ceil_div(N, kStrip);
   if (strips > INT_MAX) return cudaErrorInvalidValue;
   const int slice = int(rosetta::ceil_div(K, choose_split(strips, M, K, sizeof(T))));
@@ -180,7 +210,7 @@ cudaError_t launch(const rosetta::MatmulArgs& args, int M, int N, int K, cudaStr
 
 cudaError_t matmul_15_gemv_small_m(const rosetta::MatmulArgs& args, cudaStream_t stream) {
   const int64_t M = args.a.size[0], K = args.a.size[1], N = args.b.size[1];
-  if (M > 16 || N > INT_MAX || K > INT_MAX) return cudaErrorInvalidValue;
+  if (M > 8 || N > INT_MAX || K > INT_MAX) return cudaErrorInvalidValue;
   if (M == 0 || N == 0) return cudaSuccess;
   cudaError_t status = cudaSuccess;
   const cudaError_t launched = rosetta::dispatch_dtype(args.a.dtype, [&](auto tag) {
@@ -193,8 +223,7 @@ cudaError_t matmul_15_gemv_small_m(const rosetta::MatmulArgs& args, cudaStream_t
     status = M <= 1 ? launch<T, 1>(args, m, n, k, stream)
            : M <= 2 ? launch<T, 2>(args, m, n, k, stream)
            : M <= 4 ? launch<T, 4>(args, m, n, k, stream)
-           : M <= 8 ? launch<T, 8>(args, m, n, k, stream)
-                    : launch<T, 16>(args, m, n, k, stream);
+                    : launch<T, 8>(args, m, n, k, stream);
   });
   return status != cudaSuccess ? status : launched;
 }

@@ -1,31 +1,32 @@
 """
 Step 8 — small M: a stream of B's rows, rank-1 updates on the CUDA cores (no tl.dot)
-Changed:  for M <= 16 the program owns a strip of BLOCK_N columns of B and a slice of K, and
+Changed:  for M <= 8 the program owns a strip of BLOCK_N columns of B and a slice of K, and
           adds one rank-1 update per row of B: acc (M_PAD x BLOCK_N, fp32) += a[:, k] (a column
           of A, M_PAD values) x b[k, :] (a row of B). The BLOCK_K rows of a step are a
           tl.static_range, unrolled, so their loads are all issued before the first multiply;
-          B's rows load with evict_first (read once). Each thread holds 16 bytes of a row (8 when
-          M_PAD is 16, the accumulators' register budget), as CUDA step 15's lanes do. With K
+          B's rows load with evict_first (read once). Each thread holds 16 bytes of a row, as
+          CUDA step 15's lanes do. With K
           split over programs, each program stores its fp32 partial strip, then takes a ticket
           (tl.atomic_add, acq_rel at GPU scope, after a barrier so the whole program's stores
           are ordered before it); the program holding the last ticket adds the slices in the
           order 0, 1, 2, ... and stores the output: one kernel, deterministic -- step 7's
           "Still:" asked for the in-kernel fix-up.
-Why:      at M <= 16 a GEMM is a read of B (1 x 4096 x 4096 bf16: 33.5 MB for 33.5 Mflop): the
+Why:      at M <= 8 a GEMM is a read of B (1 x 4096 x 4096 bf16: 33.5 MB for 33.5 Mflop): the
           tensor cores have nothing to do, and tl.dot pads M to 16 rows (steps 4 and 7), the
           least mma.sync takes. What matters is bytes in flight on every SM: the split is chosen
           for ~4 programs per SM, slices of >= 64 rows, partials under 1/8 of B's bytes.
-          Mirrors step 1's rank-1 updates, now the right tool: at M <= 16 an outer product
+          Mirrors step 1's rank-1 updates, now the right tool: at M <= 8 an outer product
           per row of B is exactly the work, with no shared-memory tile to fill.
 Still:    tickets need zeros in memory before every launch (a small torch.zeros, one more
           launch); a column-major B (a weight (out, in) used as W.t()) would need the dot-product
           form of a GEMV and is refused (`b_column_major`), left to steps 4-7, which read it as
-          it is; M = 9-16 multiplies up to 7 rows of padding.
-Limits:   M <= 16 (`m_rows`), B row-major (`b_column_major`): others are refused before launch.
+          it is; a[:, k] costs M_PAD scalar loads per row of B (L1 hits, but load instructions:
+          CUDA step 15 reads it from shared memory); M = 5-7 multiply 8 rows.
+Limits:   M <= 8 (`m_rows`), B row-major (`b_column_major`): others are refused before launch.
           A and B need their last stride 1 (the dispatcher copies A otherwise).
 Dtypes:   float32, float16, bfloat16
 Layout:   rows
-Max:      m_rows <= 16; b_column_major <= 0
+Max:      m_rows <= 8; b_column_major <= 0
 Mirrors:  CUDA step 15 (GEMV-style small M)
 """
 import torch
@@ -85,9 +86,9 @@ def gemv_kernel(a_ptr, b_ptr, out_ptr, part_ptr, ticket_ptr, M, N, K, stride_am,
             tl.store(out_ptr + offs, total.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def block_n(m_pad: int, element_size: int) -> int:
-    """Columns per program: each thread 16 bytes of a row (8 with 16 rows of accumulators)."""
-    return 32 * NUM_WARPS * (16 if m_pad <= 8 else 8) // element_size
+def block_n(element_size: int) -> int:
+    """Columns per program: each thread 16 bytes of a row."""
+    return 32 * NUM_WARPS * 16 // element_size
 
 
 def split_count(strips: int, M: int, K: int, element_size: int, sms: int) -> int:
@@ -104,7 +105,7 @@ def launch(a, b, out):
     if M == 0 or N == 0:
         return
     m_pad = triton.next_power_of_2(M)
-    bn = block_n(m_pad, a.element_size())
+    bn = block_n(a.element_size())
     strips = triton.cdiv(N, bn)
     slice_rows = max(1, triton.cdiv(K, split_count(strips, M, K, a.element_size(), sm_count(a.device))))
     split = max(1, triton.cdiv(K, slice_rows))  # no empty slice; K = 0: one, which stores zeros
