@@ -174,6 +174,8 @@ SPEC = OpSpec(
         Headline((5120, 1536, 3072), HALF, "an LLM projection"),
         # where the tile ladder loses (the shape suite): split-K's steps, CUDA step 8's small tiles
         Headline((16, 4096, 14336), (torch.bfloat16,), "decode: 16 tokens x a Llama-3 8B MLP weight, a stream of B"),
+        Headline((1, 4096, 14336), (torch.bfloat16,), "decode: one token, a GEMV"),
+        Headline((8, 4096, 4096), FP32, "eight rows in fp32: a GEMV on the CUDA cores"),
         Headline((300, 8192, 300), FP32, "K-heavy: 9 output tiles of 128 x 128"),
     ),
     sweep=tuple((n, n, n) for n in (256, 1024, 2048, 4096, 8192)),
