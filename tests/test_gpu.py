@@ -126,7 +126,7 @@ BOUNDS = [(v, q, rel, limit) for v in VARIANTS
                          ids=lambda p: getattr(p, "label", str(p)))
 def test_declared_limit_raises_naming_the_steps_that_take_it(gen, v, quantity, relation, limit):
     if quantity in ("tma_out_unaligned", "b_column_major"):  # b column-major (out's rows: 126 bytes)
-        a, b = make_inputs(v.op, (16, 32, 63), v.dtypes[0], GPU, gen)
+        a, b = make_inputs(v.op, (4, 32, 63), v.dtypes[0], GPU, gen)
         inputs = (a, b.t().contiguous().t())
     else:
         inputs = make_inputs(v.op, breaking_shape(quantity, relation, limit, v.dtypes[0]), v.dtypes[0], GPU, gen)
