@@ -16,8 +16,9 @@ Why:      at M <= 8 a GEMM is a read of B: 1 x 4096 x 4096 bf16 is 33.5 MB for 3
           flop per byte; fp32 half that), ~11 us at 3 TB/s, and nothing else matters. Steps 11-14
           pad M to 64 rows of wgmma (94-98% zeros at M = 1-4: free while memory-bound) and keep
           a tile's pipeline of 24 KB stages per SM, with its fill and drain in every block. Here
-          the bytes in flight come from many small blocks instead: S is chosen for ~4 blocks per
-          SM (528 blocks at 1 x 4096 x 4096 bf16, 33 K-slices of 128 rows). The fp32 ladder
+          the bytes in flight come from eight rows of loads per warp: S is chosen for ~2 blocks
+          per SM (16 warps, 64 KB of B in flight; 272 blocks at 1 x 4096 x 4096 bf16, 17
+          K-slices of 241 rows). The fp32 ladder
           (steps 1-8) has no small-M path at all: step 8 at 1 x 4096 x 4096 reads B through
           128 x 128 tiles on 32 SMs.
 Still:    the partials cost 2 x S x M x N x 4 bytes (S is capped so this stays under 1/8 of B's
@@ -45,7 +46,7 @@ constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kChunk = 256;      // k rows of A staged in shared memory at a time
 constexpr int kMinSlice = 64;    // k rows per block at least: 8 per warp
 constexpr int kMaxSplit = 64;
-constexpr int kBlocksPerSm = 4;  // the grid's target: enough 256-thread blocks to keep HBM busy
+constexpr int kBlocksPerSm = 2;  // the grid's target: 16 warps an SM, 64 KB of B in flight, long slices
 
 // Elements of B a thread loads per row: 16 bytes.
 template <typename T> constexpr int cols_per_thread() { return 16 / int(sizeof(T)); }
@@ -164,11 +165,24 @@ __global__ void __launch_bounds__(kThreads, 2)  // <= 128 registers: two blocks 
   __syncthreads();
   if (!last) return;
   __threadfence();  // and the other blocks' partials are visible to this one
+  const int split = int(gridDim.y);
   for (int i = threadIdx.x; i < M * kStrip; i += kThreads) {
     const int m = i / kStrip, col = strip + i % kStrip;
     if (col >= N) continue;
+    const float* p = partials + int64_t(m) * N + col;
+    const int64_t next = int64_t(M) * N;  // from one slice's partial to the next
     float s = 0.f;
-    for (int z = 0; z < int(gridDim.y); ++z) s += __ldcg(partials + (int64_t(z) * M + m) * N + col);  // L2, not L1
+    int z = 0;
+    // eight slices' loads in flight, then added in order: one L2 round trip per eight slices
+    // instead of one per slice, the same sum (the order z = 0 .. S-1 is kept)
+    for (; z + 8 <= split; z += 8) {
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = __ldcg(p + (z + u) * next);  // L2, not a stale L1 line
+#pragma unroll
+      for (int u = 0; u < 8; ++u) s += v[u];
+    }
+    for (; z < split; ++z) s += __ldcg(p + z * next);
     out[int64_t(m) * N + col] = rosetta::from_float<T>(s);
   }
 }
