@@ -1,8 +1,9 @@
 """Host cost per call (`python -m rosetta.bench --overhead`): what a public call costs the CPU on a
 tiny input, beside torch's own call, and each layer under it.
 
-Each call is made CALLS times in a loop with no synchronisation and timed by the host clock; the
-input is tiny, so the GPU finishes each kernel before the next launch arrives and the loop measures
+Each call is made CALLS times in a loop with no synchronisation and timed by the host clock, in
+ROUNDS rounds, and the median round's mean is reported (single loops on the H100's host moved by up
+to a factor of three from run to run with garbage collections and other processes); the input is tiny, so the GPU finishes each kernel before the next launch arrives and the loop measures
 the host path alone. Layers, from the outside in: the public call (rosetta.<op>, step=None: the
 cached signature, allocation, the kernel launch), the same with requires_grad inputs (an
 autograd.Function around the same kernels), the registered torch op (what torch.compile traces:
@@ -11,6 +12,7 @@ kernel launch into a preallocated output (what the bench's graphs capture).
 """
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -21,21 +23,26 @@ from rosetta.ops import SPECS
 
 from .. import results
 
-CALLS = 2000
+CALLS = 500
+ROUNDS = 7  # the median round is reported
 CASES = (("softmax", (8, 1000), torch.float32), ("matmul", (64, 64, 64), torch.bfloat16),
          ("vector_add", (1000,), torch.float32), ("reduce_sum", (1000,), torch.float32))
 
 
-def host_us(fn, calls_: int = CALLS) -> float:
+def host_us(fn, calls_: int = CALLS, rounds: int = ROUNDS) -> float:
+    """Median over `rounds` of the mean host time of `calls_` calls: one stall of the host (another
+    process, a garbage collection) moves one round, not the figure."""
     for _ in range(20):
         fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls_):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls_ * 1e6
+    means = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls_):
+            fn()
+        means.append((time.perf_counter() - start) / calls_ * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(means)
 
 
 def layers(op: str, shape, dtype, gen) -> list[tuple[str, str, float]]:
