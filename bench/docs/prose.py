@@ -10,6 +10,8 @@ KEY, fields separated by spaces:
     LABEL [DIRECTION] DTYPE SHAPE FIELD         a bench.csv row (headline, else sweep)
     ncu LABEL [DIRECTION] DTYPE SHAPE COLUMN    an ncu.csv row; COLUMN as the ncu tables title it
     suite OP BACKEND DTYPE STAT                 the shape suite; DTYPE may be `all`
+    case LABEL DTYPE SHAPE FIELD                one case of the shape suite (graph replays):
+                                                FIELD us, or x torch (torch's time there / ours)
 
 LABEL is a results label (`softmax/torch/eager`, `softmax/liger/softmax`) or a step written by its
 number (`softmax/cuda/05`). DIRECTION defaults to forward. FIELD is one of
@@ -50,10 +52,12 @@ def keys(text: str) -> list[str]:
 class Data:
     """The committed results of one GPU folder, looked up by placeholder key."""
 
-    def __init__(self, bench_rows: list[dict], ncu_rows: list[dict], suite_records: dict):
+    def __init__(self, bench_rows: list[dict], ncu_rows: list[dict], suite_records: dict,
+                 suite_rows: list[dict] = ()):
         self.rows = bench_rows
         self.ncu = ncu_rows
         self.suite = suite_records  # (op, backend) -> suite_report.per_case records
+        self.suite_rows = list(suite_rows)
 
     @classmethod
     def load(cls, folder) -> "Data":
@@ -64,7 +68,7 @@ class Data:
         records = {}
         for op, backend in {(r["op"], r["backend"]) for r in suite_rows if r["backend"] in ("cuda", "triton")}:
             records[op, backend] = suite_report.per_case(suite_rows, op, backend)
-        return cls(results.read_rows(folder / "bench.csv"), ncu.read_table(folder / "ncu.csv"), records)
+        return cls(results.read_rows(folder / "bench.csv"), ncu.read_table(folder / "ncu.csv"), records, suite_rows)
 
     def value(self, key: str) -> str:
         words = key.split()
@@ -73,8 +77,10 @@ class Data:
                 return self._ncu(words[1:])
             if words[0] == "suite":
                 return self._suite(words[1:])
+            if words[0] == "case":
+                return self._case_value(words[1:])
             return self._bench(words)
-        except (IndexError, ValueError) as exc:
+        except (IndexError, ValueError, TypeError) as exc:  # TypeError: a row without that figure
             raise Unresolved(f"{{{{{key}}}}}: {exc}") from None
 
     # -- bench.csv
@@ -134,6 +140,23 @@ class Data:
             raise ValueError(f"ncu.csv has no {metric} for {found[0]['label']}")
         unit = {"time (us)": " us", "DRAM MB": " MB", "L2<->SM MB": " MB", "smem B": " B"}.get(column, "")
         return fmt(value) + ("%" if column.endswith("%") else unit)
+
+    # -- suite.csv, one case
+    def _suite_time(self, label: str, dtype: str, shape: str) -> float:
+        found = [r for r in self.suite_rows if r["role"] == "suite" and _label_matches(r["label"], label)
+                 and r["dtype"] == dtype and r["shape"] == shape and r["status"] == "ok"]
+        if not found:
+            raise ValueError(f"no timed suite case for {label} {dtype} {shape}")
+        return found[0]["p50_ms"]
+
+    def _case_value(self, words) -> str:
+        label, dtype, shape, *field = words
+        ms = self._suite_time(label, dtype, shape)
+        if field == ["us"]:
+            return f"{ms * 1e3:,.1f} us"
+        if field == ["x", "torch"]:
+            return f"{self._suite_time(label.split('/')[0] + '/torch/eager', dtype, shape) / ms:.2f}x"
+        raise ValueError(f"unknown case field {' '.join(field)!r}")
 
     # -- suite.csv
     def _suite(self, words) -> str:
