@@ -32,11 +32,6 @@ def exceeded(v: Step, inputs: tuple) -> list[tuple[str, str, int, int]]:
             + [(q, ">=", limit, value) for q, limit in v.minimums if (value := bounds[q](*inputs)) < limit])
 
 
-def _takes(s: Step, quantity: str, value: int) -> bool:
-    return not any(q == quantity and value > m for q, m in s.bounds) \
-        and not any(q == quantity and value < m for q, m in s.minimums)
-
-
 def bounded(v: Step, inputs: tuple) -> list[tuple[str, str, int, int, str]]:
     """exceeded() of the inputs, and with a gradient to take also of the backward's inputs as the
     forward's shape them (its kernels must take them too), each marked with its direction."""
@@ -88,15 +83,17 @@ def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
                 "; without a GPU, run the Triton steps on the CPU instead: backend=\"triton\" with "
                 "TRITON_INTERPRET=1 set before triton is imported")
         raise ValueError(f"{v.label} needs CUDA tensors, got a tensor on {device}{hint}")
-    over = bounded(v, inputs) if direction == "forward" else [(*b, "") for b in exceeded(v, inputs)]
-    if over:
-        quantity, relation, limit, value, where = over[0]
+    def over(s: Step) -> list:
+        return bounded(s, inputs) if direction == "forward" else [(*b, "") for b in exceeded(s, inputs)]
+
+    if broken := over(v):
+        quantity, relation, limit, value, where = broken[0]
         others = [s.step for s in all_steps() if s.op == v.op and s.backend == v.backend
-                  and dtype in s.dtypes and _takes(s, quantity, value)]
+                  and dtype in s.dtypes and not over(s)]  # every limit of theirs holds
         what = " ".join((spec.bounds[quantity].__doc__ or "").split()).split(".")[0]
         raise ValueError(f"{v.label} takes {quantity} {relation} {limit}{where}, got {quantity} = {value}"
-                         + (f" ({what})" if what else "")
-                         + f"; {v.op}/{v.backend} steps {', '.join(map(str, others))} take it")
+                         + (f" ({what})" if what else "") + f"; {v.op}/{v.backend} "
+                         + (f"steps {', '.join(map(str, others))} take it" if others else "has no step that takes it"))
 
 
 def run(v: Step, direction: str, inputs: tuple):
