@@ -204,6 +204,7 @@ SPEC = OpSpec(
         (1, 1, 1),  # a single multiply-add
         (17, 33, 65),  # no dimension a tile multiple
         (40, 1, 24),  # K = 1
+        (3, 40, 20),  # three rows: the small-M steps, K split (three slices under the interpreter)
         (5, 0, 6),  # K = 0: zeros
         (0, 16, 8),  # M = 0
         (24, 16, 8),  # 16-bit rows in whole 16 bytes: what the TMA steps take (their one CPU check)
