@@ -26,13 +26,20 @@ NUMERIC = {"step": int, "numel": int, "device_nloc": int, "device_tokens": int, 
 DIRECTIONS = ("forward", "backward")
 
 
-def read_rows(path: Path) -> list[dict]:
+def read_csv(path: Path) -> list[dict]:
+    """The rows of a results CSV as text ([] when the file is absent), each with a direction."""
     if not path.exists():
         return []
     with path.open() as f:
         rows = list(csv.DictReader(f))
     for row in rows:
         row["direction"] = row.get("direction") or "forward"  # files from before directions existed
+    return rows
+
+
+def read_rows(path: Path) -> list[dict]:
+    rows = read_csv(path)
+    for row in rows:
         row["layout"] = row.get("layout") or ""  # "": the inputs as make_inputs made them
         if "rel_error" in row:  # files from before the elementwise gate
             row["error"] = row.pop("rel_error")

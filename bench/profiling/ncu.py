@@ -153,12 +153,8 @@ def write_table(path: Path, rows: list[dict]) -> None:
 
 
 def read_table(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
+    rows = results.read_csv(path)
     for row in rows:
-        row["direction"] = row.get("direction") or "forward"  # files from before directions existed
         for key in COLUMNS[TEXT_COLUMNS:]:
             row[key] = number(row[key]) if row.get(key) not in (None, "") else None
         row["kernels"] = int(row["kernels"])
