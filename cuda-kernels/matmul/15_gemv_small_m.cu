@@ -18,11 +18,15 @@ Why:      at M <= 8 a GEMM is a read of B: 1 x 4096 x 4096 bf16 is 33.5 MB for 3
           a tile's pipeline of 24 KB stages per SM, with its fill and drain in every block. Here
           the bytes in flight come from eight rows of loads per warp: S is chosen for ~2 blocks
           per SM (16 warps, 64 KB of B in flight; 272 blocks at 1 x 4096 x 4096 bf16, 17
-          K-slices of 241 rows). The fp32 ladder
-          (steps 1-8) has no small-M path at all: step 8 at 1 x 4096 x 4096 reads B through
-          128 x 128 tiles on 32 SMs.
-Still:    the partials cost 2 x S x M x N x 4 bytes (S is capped so this stays under 1/8 of B's
-          bytes: fewer slices as M grows, 16 at M = 8, K = 4096 in bf16). A column-major B (a
+          K-slices of 241 rows). The fp32 ladder (steps 1-8) has no small-M path at all: step
+          8 at 1 x 4096 x 4096 reads B through 128 x 128 tiles on 32 SMs.
+Still:    a warp multiplies its eight rows while none of its loads are in flight, and two blocks
+          an SM are a quarter of its warps: the H100 measured DRAM well short of busy (level
+          with cuBLAS at one row, behind it at four to eight; KERNEL_LOG has the figures). The
+          next loads should be issued before this round's multiplies (two register buffers),
+          with more blocks where M is small and registers allow. The partials cost
+          2 x S x M x N x 4 bytes (S is capped so this stays under 1/8 of B's bytes: fewer
+          slices as M grows, 16 at M = 8, K = 4096 in bf16). A column-major B (a
           weight stored (out, in) and used as W.t()) would need its columns walked instead: the
           dot-product form of a GEMV, not written here, so it is refused (`b_column_major`) and
           steps 11-14 read it through TMA. Each row of B costs a lane V x M FFMAs and the
