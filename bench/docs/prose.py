@@ -78,13 +78,13 @@ class Data:
             if words[0] == "suite":
                 return self._suite(words[1:])
             if words[0] == "case":
-                return self._case_value(words[1:])
+                return self._suite_case(words[1:])
             return self._bench(words)
         except (IndexError, ValueError, TypeError) as exc:  # TypeError: a row without that figure
             raise Unresolved(f"{{{{{key}}}}}: {exc}") from None
 
     # -- bench.csv
-    def _case(self, words):
+    def _row_key(self, words):
         label, rest = words[0], words[1:]
         direction = rest.pop(0) if rest and rest[0] in DIRECTIONS else "forward"
         if len(rest) < 3:
@@ -102,7 +102,7 @@ class Data:
         return found[0]
 
     def _bench(self, words) -> str:
-        label, direction, dtype, shape, field = self._case(words)
+        label, direction, dtype, shape, field = self._row_key(words)
         r = self.row(label, direction, dtype, shape)
         name = field[0]
         if name == "us" and len(field) == 1:
@@ -125,7 +125,7 @@ class Data:
     def _ncu(self, words) -> str:
         from ..profiling import ncu
 
-        label, direction, dtype, shape, field = self._case(words)
+        label, direction, dtype, shape, field = self._row_key(words)
         column = " ".join(field)
         short = {title: (metric, fmt) for title, metric, fmt in ncu.SHORT}
         if column not in short:
@@ -149,7 +149,7 @@ class Data:
             raise ValueError(f"no timed suite case for {label} {dtype} {shape}")
         return found[0]["p50_ms"]
 
-    def _case_value(self, words) -> str:
+    def _suite_case(self, words) -> str:
         label, dtype, shape, *field = words
         ms = self._suite_time(label, dtype, shape)
         if field == ["us"]:

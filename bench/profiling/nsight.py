@@ -1,7 +1,7 @@
 """`make profile`: Nsight Compute over every tier and step, one ncu process per op.
 
 The child process builds each subject's inputs at its profile case (the op's first headline shape
-in the first dtype the subject takes, each direction), warms everything up (JIT, autotune,
+inside the subject's declared limits, in the first dtype it takes, each direction), warms everything up (JIT, autotune,
 torch.compile) outside any NVTX range, then launches each subject once inside
 `rosetta@<op>/<backend>/<step>`, preceded by a one-thread marker kernel in its own range. ncu
 profiles only the kernels inside the op's ranges (`--nvtx-include`) with `--clock-control none`

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 
-from ..tier_names import PEERS
 LIGER_MAX_COLS = 65536  # liger_kernel.ops.utils.calculate_settings: MAX_FUSED_SIZE
 
 

@@ -14,7 +14,7 @@ from rosetta.ops import SPECS
 
 from . import peers
 
-from ..tier_names import ABLATION, LIBRARY_TIERS, TORCH_TIERS
+from ..tier_names import ABLATION, LIBRARY_TIERS, PEERS, TORCH_TIERS
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Tier:
     def takes(self, direction: str) -> bool:
         if self.backend in LIBRARY_TIERS or self.ablation:  # the override is for launch(), the forward
             return direction == "forward"
-        if self.backend in peers.PEERS:
+        if self.backend in PEERS:
             return peers.takes(self.backend, self.op, direction)
         if self.name == "unfused":
             return SPECS[self.op].directions()[direction].torch_unfused is not None
@@ -110,7 +110,7 @@ def runner(subject, direction: str, inputs: tuple, out):
         cuda_build.load()
         op = getattr(torch.ops.rosetta, f"{subject.op}_{subject.backend}_out")
         return (lambda: (op(*inputs, out), out)[1]), []
-    if subject.backend in peers.PEERS:
+    if subject.backend in PEERS:
         return peers.runner(subject.backend, subject.op, direction, inputs), []
     if subject.name == "eager":
         return (lambda: (d.torch_eager(*inputs, out), out)[1]), []

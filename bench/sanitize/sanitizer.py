@@ -216,21 +216,22 @@ def main(argv=None) -> int:
         return (b == "triton", len(rosetta.variants(op, b)) * len(SPECS[op].directions()),
                 tool in ("memcheck", "racecheck"))
     jobs.sort(key=weight, reverse=True)
+    # Triton kernels compile first, unsanitized, one process per step, into Triton's disk cache (the
+    # sanitized runs then only load cubins; the caching allocator stays on there).
+    warm = {f"warm {v.label}": (driver(op, "triton", args.shapes, v.step),
+                                log_dir / f"warm-{v.label.replace('/', '-')}.log", False)
+            for op in {op for _, op, b in jobs if b == "triton"} for v in rosetta.variants(op, "triton")}
     jobs.insert(0, ("memcheck", SELFCHECK, "triton"))
     commands = {f"{t} {o} {b}": command(sanitizer, t, o, b, known, args.shapes) for t, o, b in jobs}
     logs = {name: log_dir / f"{name.replace(' ', '-')}.log" for name in commands}
-    # Triton kernels compile first, unsanitized, one process per step, into Triton's disk cache (the
-    # sanitized runs then only load cubins; the caching allocator stays on there).
     env = {**os.environ, **CHILD_ENV}
-    warm = {f"warm {v.label}": (driver(op, "triton", args.shapes, v.step), log_dir / f"warm-{v.label.replace('/', '-')}.log", False)
-            for op in {op for _, op, b in jobs if b == "triton" and op != SELFCHECK} for v in rosetta.variants(op, "triton")}
 
     def warmed(name, result):
         state = "ok" if result.returncode == 0 else "timed out" if result.timed_out else f"exit {result.returncode}"
         print(f"  {name}: {state} ({result.seconds:.0f} s)", flush=True)
 
-    run_all(warm, args.jobs, WARM_TIMEOUT, deadline, {k: v for k, v in env.items() if k != "PYTORCH_NO_CUDA_MEMORY_CACHING"},
-            warmed)
+    caching = {k: v for k, v in env.items() if k != "PYTORCH_NO_CUDA_MEMORY_CACHING"}
+    run_all(warm, args.jobs, WARM_TIMEOUT, deadline, caching, warmed)
     # A sanitized process has hung now and then on the H100 (a different run each time, which passes
     # in seconds on its next start; one such log read "No attachable process found", the reason for
     # --launch-timeout above): each run gets one more start after a timeout, and the report names
