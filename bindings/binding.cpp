@@ -1,18 +1,16 @@
-// The one binding: every CUDA launcher becomes a torch op `rosetta::<name>_out(inputs..., out)`.
-// What is per step or per op (the launcher declarations, the schemas, the functions that fill
-// each op's argument struct) is generated from the specs and the step files into
-// rosetta_binding.inc by bindings/cuda_codegen.py; this file holds what every launch shares:
-// turning an at::Tensor into a rosetta::Tensor view with its checks, the workspace, the stream.
-// Each launcher is reachable twice: as the torch op (what tracing, opcheck and the registered
-// functional ops use) and as a function of the extension module (what an eager call launches:
-// pybind11 hands the tensors over without the dispatcher's schema parsing, a few us less a call).
+// The one binding: every CUDA launcher becomes a function of the extension module,
+// `<name>_out(inputs..., out)` (pybind11 hands the tensors over; the functional torch ops that
+// tracing, opcheck and autograd see are Python custom ops around these functions).
+// What is per step or per op (the launcher declarations, the functions that fill each op's
+// argument struct) is generated from the specs and the step files into rosetta_binding.inc by
+// bindings/cuda_codegen.py; this file holds what every launch shares: turning an at::Tensor into a
+// rosetta::Tensor view with its checks, the workspace, the stream.
 // Python (bindings/dispatch.py) gives the friendly input errors first; the checks here guard
 // direct callers against bad memory accesses.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/extension.h>
-#include <torch/library.h>
 
 #include <vector>
 

@@ -72,8 +72,8 @@ def shim_text(cu: Path, step=None) -> str:
 
 
 def load(verbose: bool = False):
-    """Build (or reuse) the extension and load it: torch.ops.rosetta.*_out then exist, and the
-    returned module has the same launchers as plain functions (`module.<op name>_out`)."""
+    """Build (or reuse) the extension and load it: the returned module has every launcher as a
+    function, `module.<op name>_out(inputs..., out)`."""
     global _module
     if _module is not None:
         return _module

@@ -2,8 +2,8 @@
 an op with a backward), with a fake implementation, so torch.compile(fullgraph=True) traces it and
 torch.library.opcheck passes; differentiable ops get autograd through the same step's kernels.
 
-CUDA steps: the kernel is the C++ op `<qualname>_out` that the generated binding defines
-(TORCH_LIBRARY); the functional op around it is a custom_op. Triton steps: the functional op is a
+CUDA steps: the kernel is the extension module's function `<qualname>_out` that the generated
+binding defines; the functional op around it is a custom_op. Triton steps: the functional op is a
 triton_op, so torch.compile sees into the kernels. Both run the same host code: make the inputs
 fit the step's layout (copy only if they do not), allocate the output, launch.
 """

@@ -66,7 +66,7 @@ def test_compiles_without_spills(compiled, path):
 def test_generated_binding_covers_every_cuda_launcher():
     text = cuda_codegen.binding_include()
     for v in rosetta.variants(backend="cuda"):
-        assert f'm.def("{v.qualname}_out(' in text
+        assert f'm.def("{v.qualname}_out", &{v.qualname}_out);' in text
         assert f"cudaError_t {v.launcher_name}(const rosetta::" in text
     assert "struct SoftmaxBackwardArgs { Tensor y; Tensor dy; Tensor dx; Workspace workspace; };" in \
         cuda_codegen.ops_header()

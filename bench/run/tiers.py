@@ -107,8 +107,7 @@ def runner(subject, direction: str, inputs: tuple, out):
     if subject.backend in LIBRARY_TIERS:  # built into the CUDA extension beside the steps
         from rosetta import cuda_build
 
-        cuda_build.load()
-        op = getattr(torch.ops.rosetta, f"{subject.op}_{subject.backend}_out")
+        op = getattr(cuda_build.load(), f"{subject.op}_{subject.backend}_out")
         return (lambda: (op(*inputs, out), out)[1]), []
     if subject.backend in PEERS:
         return peers.runner(subject.backend, subject.op, direction, inputs), []
