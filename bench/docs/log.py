@@ -123,7 +123,8 @@ def _insert_in_op(text: str, op: str, section: str) -> str:
     return text[:end].rstrip() + "\n\n" + section + text[end:]
 
 
-def update(folder) -> bool:
+def update(folder, figures=None) -> bool:
+    """`figures`: the folder's prose.Data, when the caller has it already."""
     rows = results.read_rows(folder / "bench.csv")
     ncu_rows = ncu.read_table(folder / "ncu.csv")
     original = LOG.read_text() if LOG.exists() else "# KERNEL_LOG\n"
@@ -135,7 +136,7 @@ def update(folder) -> bool:
         text = markers.replace(text, f"{op}/summary", op_block(op, rows, ncu_rows, folder))
         for v in rosetta.variants(op):
             text = markers.replace(text, v.label, step_block(v, rows, ncu_rows, sha if v.label in changed else None))
-    text = prose.render(text, prose.Data.load(folder))
+    text = prose.render(text, figures or prose.Data.load(folder))
     if text != original:
         LOG.write_text(text)
     return text != original

@@ -172,14 +172,14 @@ def _sanitize_total(text: str) -> str:
     return (total[0].strip("* ") + restarted) if total else "see the file"
 
 
-def update_file(path, blocks: dict, folder) -> bool:
+def update_file(path, blocks: dict, figures) -> bool:
     """Rewrite `path`'s generated blocks and the measured figures of its prose (bench.docs.prose)."""
     text = path.read_text()
     new = text
     for name in markers.names(text):
         if name in blocks:
             new = markers.replace(new, name, blocks[name])
-    new = prose.render(new, prose.Data.load(folder))
+    new = prose.render(new, figures)
     if new != text:
         path.write_text(new)
     return new != text
@@ -215,11 +215,12 @@ def update_docs() -> None:
         print("no results/*/bench.csv yet: nothing to put in the docs")
         return
     op_pages(folder)
-    changed = update_file(README, readme_blocks(folder), folder)
+    figures = prose.Data.load(folder)  # the results behind every placeholder, read once
+    changed = update_file(README, readme_blocks(folder), figures)
     if METHOD.exists():
-        changed |= update_file(METHOD, readme_blocks(folder, base=METHOD.parent), folder)
+        changed |= update_file(METHOD, readme_blocks(folder, base=METHOD.parent), figures)
     from . import log
 
-    changed |= log.update(folder)
+    changed |= log.update(folder, figures)
     print(f"docs {'updated' if changed else 'already up to date'} from {folder.relative_to(REPO)}")
 
