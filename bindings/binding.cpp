@@ -1,5 +1,5 @@
 // The one binding: every CUDA launcher becomes a function of the extension module,
-// `<name>_out(inputs..., out)` (pybind11 hands the tensors over; the functional torch ops that
+// `<name>_out(inputs..., outputs..., params...)` (pybind11 hands the tensors over; the functional torch ops that
 // tracing, opcheck and autograd see are Python custom ops around these functions).
 // What is per step or per op (the launcher declarations, the functions that fill each op's
 // argument struct) is generated from the specs and the step files into rosetta_binding.inc by
@@ -27,14 +27,15 @@ class Call {
     TORCH_CHECK(out.is_cuda(), name_, ": tensors must be CUDA tensors");
   }
 
-  rosetta::Tensor input(const at::Tensor& t, const char* what) const {
+  // check_dtype false: a tensor whose dtype the op fixes (fp32 statistics), not the step's choice
+  rosetta::Tensor input(const at::Tensor& t, const char* what, bool check_dtype) const {
     TORCH_CHECK(fits(t), name_, ": ", what, " has strides ", t.strides(), ", which this step's layout does not take");
-    return view(t, what, true);
+    return view(t, what, check_dtype);
   }
 
-  rosetta::Tensor output(const at::Tensor& t) const {
-    TORCH_CHECK(t.is_contiguous(), name_, ": the output must be contiguous");
-    return view(t, "out", false);
+  rosetta::Tensor output(const at::Tensor& t, const char* what) const {
+    TORCH_CHECK(t.is_contiguous(), name_, ": the output ", what, " must be contiguous");
+    return view(t, what, false);
   }
 
   rosetta::Workspace workspace() { return {&Call::allocate, this}; }

@@ -19,7 +19,7 @@ import torch
 
 from . import dispatch, registry, torch_ops
 from .ops import SPECS
-from .ops.spec import fits_layout
+from .ops.spec import as_tuple, fits_layout
 
 MAX_SIGNATURES = 4096  # cached call signatures; past this the cache starts again
 _PREPARED: dict = {}
@@ -31,15 +31,16 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _grad_enabled = torch.is_grad_enabled
 
 
-def call(op: str, backend: str, step: int | None, inputs: tuple):
-    """rosetta.<op>(*inputs, backend=backend, step=step)."""
+def call(op: str, backend: str, step: int | None, inputs: tuple, params: tuple = ()):
+    """rosetta.<op>(*inputs, backend=backend, step=step) with the op's params (eps, p, ...) in
+    order: the forward's outputs that the public call returns (saved statistics are not)."""
     if _is_compiling() or _dispatch_modes():  # first: a tracer must not see data_ptr() below
-        return registered_call(op, backend, step, inputs)
+        return registered_call(op, backend, step, inputs, params)
     key = [op, backend, step]
     wants_grad = False
     for t in inputs:  # one pass: the signature, and whether this call can run eagerly at all
         if type(t) not in _PLAIN or t.layout != _STRIDED:
-            return registered_call(op, backend, step, inputs)
+            return registered_call(op, backend, step, inputs, params)
         key.append((t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16))
         wants_grad = wants_grad or t.requires_grad
     grad = wants_grad and _grad_enabled()
@@ -51,7 +52,7 @@ def call(op: str, backend: str, step: int | None, inputs: tuple):
         if len(_PREPARED) >= MAX_SIGNATURES:
             _PREPARED.clear()
         _PREPARED[key] = run
-    return run(*inputs)
+    return run(*inputs, *params)
 
 
 def forget() -> None:
@@ -59,14 +60,23 @@ def forget() -> None:
     _PREPARED.clear()
 
 
-def registered_call(op: str, backend: str, step: int | None, inputs: tuple):
+def registered_call(op: str, backend: str, step: int | None, inputs: tuple, params: tuple = ()):
     """The path tracing sees: choose, check, then the step's registered torch op."""
     dtype = getattr(inputs[0], "dtype", None) if inputs else None
     if step is None and torch.compiler.is_compiling() and all(isinstance(t, torch.Tensor) for t in inputs):
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
         step = traced_choice(op, backend, dtype, tuple(tuple(t.shape) for t in inputs),
                              tuple(t.stride() for t in inputs), str(inputs[0].device), grad)
-    return dispatch.run(registry.select(op, backend, step, dtype, inputs), "forward", inputs)
+    return public(op, dispatch.run(registry.select(op, backend, step, dtype, inputs), "forward", inputs, params))
+
+
+def public(op: str, out):
+    """What the public call returns of the forward's outputs: not the saved statistics."""
+    spec = SPECS[op]
+    if not spec.saved:
+        return out
+    kept = spec.public_outputs()
+    return out[0] if kept == 1 else out[:kept]
 
 
 def traced_choice(op: str, backend: str, dtype, shapes: tuple, strides: tuple, device: str, grad: bool) -> int:
@@ -86,45 +96,52 @@ traced_choice._dynamo_marked_constant = True
 
 
 def prepare(op: str, backend: str, step: int | None, inputs: tuple, grad: bool):
-    """The callable a signature runs: step chosen and inputs checked here, once."""
+    """The callable a signature runs, (*inputs, *params) -> the public outputs: step chosen and
+    inputs checked here, once."""
     v = registry.select(op, backend, step, inputs[0].dtype if inputs else None, inputs)
     dispatch.check_inputs(v, "forward", inputs)
     torch_ops.op(v)  # registered now, in eager: torch.compile may trace this step later
-    if grad and SPECS[op].autograd:
-        return differentiable(v, inputs)
-    return direct(v, "forward", inputs)
+    run = differentiable(v, inputs) if grad and SPECS[op].autograd else direct(v, "forward", inputs)
+    if not SPECS[op].saved:
+        return run
+    return lambda *args: public(op, run(*args))
 
 
 def direct(v, direction: str, inputs: tuple | None = None):
-    """(*inputs) -> output through the step's kernel, no torch op around it. Given example
-    `inputs`, whether any must be copied into the step's layout, and whether the kernel's view of
-    the tensors is the tensors themselves, is decided once from them (the signature fixes their
-    shapes and strides); without, every call asks (kernel_inputs)."""
+    """(*inputs, *params) -> output(s) through the step's kernel, no torch op around it. Given
+    example `inputs`, whether any must be copied into the step's layout, and whether the kernel's
+    view of the tensors is the tensors themselves, is decided once from them (the signature fixes
+    their shapes and strides); without, every call asks (kernel_inputs)."""
     spec = SPECS[v.op]
-    allocate = spec.directions()[direction].allocate
-    raw = torch_ops.raw_launcher(v, direction)
-    view = spec.kernel_view
-    as_is = inputs is not None and all(_viewable(view, t) and fits_layout(view(t)[0], v.layout) for t in inputs)
-    out_like = allocate(*(torch.empty_like(t, device="meta") for t in inputs)) if as_is else None  # no memory
-    if as_is and all(view(t)[0].shape == t.shape for t in (*inputs, out_like)):
-        def run_plain(*tensors):  # the kernel takes the tensors as they are (e.g. 2-D softmax rows)
-            out = allocate(*tensors)
-            raw(*tensors, out)
-            return out
-        return run_plain
+    d = spec.directions()[direction]
+    allocate, raw, n, several = d.allocate, torch_ops.raw_launcher(v, direction), len(d.inputs), len(d.outputs) > 1
+    as_is = inputs is not None and all(_viewable(spec, name, t) and fits_layout(spec.view(name, t), v.layout)
+                                       for name, t in zip(d.inputs, inputs))
+    if as_is:
+        outs_like = as_tuple(allocate(*(torch.empty_like(t, device="meta") for t in inputs)))  # no memory
+        named = (*zip(d.inputs, inputs), *zip(d.outputs, outs_like))
+        if all(spec.view(name, t).shape == t.shape for name, t in named):
+            def run_plain(*args):  # the kernel takes the tensors as they are (e.g. 2-D softmax rows)
+                tensors = args[:n]
+                out = allocate(*tensors)
+                raw(*tensors, *out, *args[n:]) if several else raw(*tensors, out, *args[n:])
+                return out
+            return run_plain
 
-    def run(*tensors):
-        views = view(*tensors) if as_is else torch_ops.kernel_inputs(v, direction, tensors)[0]
+    def run(*args):
+        tensors = args[:n]
+        views = (tuple(spec.view(name, t) for name, t in zip(d.inputs, tensors)) if as_is
+                 else torch_ops.kernel_inputs(v, direction, tensors)[0])
         out = allocate(*tensors)
-        raw(*views, *view(out))
+        raw(*views, *torch_ops.output_views(v.op, direction, out), *args[n:])
         return out
 
     return run
 
 
-def _viewable(view, t) -> bool:
+def _viewable(spec, name: str, t) -> bool:
     try:
-        view(t)
+        spec.view(name, t)
     except RuntimeError:  # the view needs a copy (leading dimensions that cannot fold)
         return False
     return True
@@ -137,21 +154,26 @@ def differentiable(v, inputs: tuple):
     """The step as an autograd.Function for one call signature (made once, cached with it): the
     forward runs the signature's prepared launch, the backward the step's kernels on whatever
     tensors the spec's autograd rules hand it (softmax: its backward kernel; matmul: the step on
-    transposed views), as the registered op does."""
+    transposed views), as the registered op does. Saved statistics are outputs without a
+    gradient."""
+    spec = SPECS[v.op]
     if v.qualname not in _STEP_OPS:
         _STEP_OPS[v.qualname] = SimpleNamespace(forward=direct(v, "forward"),
-                                                backward=direct(v, "backward") if SPECS[v.op].backward else None)
+                                                backward=direct(v, "backward") if spec.backward else None)
     ops = _STEP_OPS[v.qualname]
-    setup, grads = SPECS[v.op].autograd
+    setup, grads = spec.autograd
     run = direct(v, "forward", inputs)
+    n, no_grads, saved = len(inputs), (None,) * len(spec.forward.params), len(spec.saved)
 
-    def forward(ctx, *tensors):
-        out = run(*tensors)
-        setup(ctx, tensors, out)
+    def forward(ctx, *args):
+        out = run(*args)
+        setup(ctx, args[:n], out, args[n:])
+        if saved:
+            ctx.mark_non_differentiable(*out[-saved:])
         return out
 
-    def backward(ctx, grad):
-        return grads(ops, ctx, grad)
+    def backward(ctx, *grad):
+        return (*as_tuple(grads(ops, ctx, *grad)), *no_grads)
 
     function = type(f"{v.qualname}_function", (torch.autograd.Function,),
                     {"forward": staticmethod(forward), "backward": staticmethod(backward)})

@@ -1,10 +1,11 @@
 """C++ generated from the op specs and the discovered CUDA steps, so nothing is kept by hand:
 
   rosetta_ops.h        one argument struct per op direction (VectorAddArgs, SoftmaxBackwardArgs,
-                       ...): a rosetta::Tensor per input and output, named as in the spec
+                       ...): a rosetta::Tensor per input and output, then the params (a float is
+                       a double, an int an int64_t), named as in the spec
   rosetta_binding.inc  per step and direction: the launcher's declaration and the function
-                       `<qualname>[_backward]_out(inputs..., out)` that fills the struct from
-                       at::Tensors and launches, a function of the extension module (pybind11)
+                       `<qualname>[_backward]_out(inputs..., outputs..., params...)` that fills the
+                       struct from at::Tensors and launches, a function of the extension module
   a shim per .cu       `#define ROSETTA_DTYPES <its Dtypes: line>` then `#include "<the file>"`
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .steps import Step, all_steps
 CXX_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}  # rosetta::DType in rosetta.cuh
 LAYOUT_CODES = {"contiguous": 0, "rows": 1, "rows_or_cols": 2, "any": 3}  # rosetta_binding::Layout in binding.cpp
+PARAM_TYPES = {float: "double", int: "int64_t"}
 
 
 def camel(name: str) -> str:
@@ -30,8 +32,10 @@ def ops_header() -> str:
              "#pragma once", "", "namespace rosetta {"]
     for op, spec in SPECS.items():
         for direction, d in spec.directions().items():
-            fields = " ".join(f"Tensor {name};" for name in (*d.inputs, d.output))
-            lines.append(f"// {op} {direction}: ({', '.join(d.inputs)}) -> {d.output}")
+            fields = " ".join([f"Tensor {name};" for name in (*d.inputs, *d.outputs)]
+                              + [f"{PARAM_TYPES[p.kind]} {p.name};" for p in d.params])
+            params = "".join(f", {p.name}" for p in d.params)
+            lines.append(f"// {op} {direction}: ({', '.join(d.inputs)}{params}) -> {', '.join(d.outputs)}")
             lines.append(f"struct {struct_name(op, direction)} {{ {fields} Workspace workspace; }};")
     lines += ["}  // namespace rosetta", ""]
     return "\n".join(lines)
@@ -48,13 +52,15 @@ def _entry(op: str, direction: str, launcher: str, op_name: str, dtypes, layout:
     """Implementation, declaration and module entry of one launcher as `<op_name>_out`."""
     d = SPECS[op].directions()[direction]
     struct = f"rosetta::{struct_name(op, direction)}"
-    tensors = (*d.inputs, d.output)
-    params = ", ".join(f"const at::Tensor& {n}" for n in tensors)
+    params = ", ".join([f"const at::Tensor& {n}" for n in (*d.inputs, *d.outputs)]
+                       + [f"{PARAM_TYPES[p.kind]} {p.name}" for p in d.params])
     allowed = " | ".join(f"(1 << {DTYPE_CODES[str(t).removeprefix('torch.')]})" for t in dtypes)
-    views = ", ".join([f"call.input({n}, \"{n}\")" for n in d.inputs] + [f"call.output({d.output})"])
+    # a tensor of a fixed dtype (fp32 statistics) is not held to the step's dtypes
+    views = ", ".join([f"call.input({n}, \"{n}\", {str(n not in d.fixed_dtypes).lower()})" for n in d.inputs]
+                      + [f"call.output({n}, \"{n}\")" for n in d.outputs] + [p.name for p in d.params])
     return [
         f"void {op_name}_out({params}) {{",
-        f"  rosetta_binding::Call call(\"{op_name}\", {d.output}, {allowed}, "
+        f"  rosetta_binding::Call call(\"{op_name}\", {d.outputs[0]}, {allowed}, "
         f"rosetta_binding::Layout({LAYOUT_CODES[layout]}));",
         f"  call.check({launcher}({struct}{{{views}, call.workspace()}}, call.stream()));",
         "}",

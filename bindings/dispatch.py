@@ -3,7 +3,8 @@
 `run` is the public path: checks, then the step's registered torch op (which makes its own
 output, copies an input only where the step's layout demands it, and is differentiable).
 `launcher` is the bench's path: checks and layout copies once, up front, then a zero-argument
-launch into a preallocated output, with the names of the inputs that had to be copied.
+launch into preallocated outputs, with the names of the inputs that had to be copied. Params
+(eps, p, a seed) not given are the spec's defaults.
 """
 from __future__ import annotations
 
@@ -60,15 +61,19 @@ def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
     """Every bad input is refused here, before any launch, with what was expected.
     Order: argument types, dtypes, shapes, devices, the step's declared bounds."""
     spec = SPECS[v.op]
-    names = spec.directions()[direction].inputs
+    d = spec.directions()[direction]
+    names = d.inputs
     if len(inputs) != len(names):
         raise TypeError(f"{v.label} {direction} takes {len(names)} tensors {names}, got {len(inputs)}")
     for name, t in zip(names, inputs):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{v.label}: {name} must be a torch.Tensor, got {type(t).__name__}")
     dtype = inputs[0].dtype
-    if any(t.dtype != dtype for t in inputs):
-        got = ", ".join(f"{n}: {t.dtype}" for n, t in zip(names, inputs))
+    for name, t in zip(names, inputs):
+        if name in d.fixed_dtypes and t.dtype != d.fixed_dtypes[name]:
+            raise ValueError(f"{v.label}: {name} must be {d.fixed_dtypes[name]} (what the forward saves), got {t.dtype}")
+    if any(t.dtype != dtype for n, t in zip(names, inputs) if n not in d.fixed_dtypes):
+        got = ", ".join(f"{n}: {t.dtype}" for n, t in zip(names, inputs) if n not in d.fixed_dtypes)
         raise ValueError(f"{v.label}: all inputs must share one dtype, got {got}")
     if dtype not in v.dtypes:
         raise ValueError(f"{v.label} takes {[str(d) for d in v.dtypes]}, got {dtype}; "
@@ -96,17 +101,20 @@ def check_inputs(v: Step, direction: str, inputs: tuple) -> None:
                          + (f"steps {', '.join(map(str, others))} take it" if others else "has no step that takes it"))
 
 
-def run(v: Step, direction: str, inputs: tuple):
+def run(v: Step, direction: str, inputs: tuple, params: tuple | None = None):
     check_inputs(v, direction, inputs)
-    return torch_ops.op(v, direction)(*inputs)
+    d = SPECS[v.op].directions()[direction]
+    return torch_ops.op(v, direction)(*inputs, *(d.defaults if params is None else params))
 
 
-def launcher(v: Step, direction: str, inputs: tuple, out: torch.Tensor, **overrides):
-    """(launch, copied): `launch()` runs the step's kernel into `out`, allocating nothing; `copied`
-    names the inputs that broke the step's layout and were copied here, outside the launch.
-    `overrides` go to a Triton step's launch() as keyword arguments (e.g. block=4)."""
+def launcher(v: Step, direction: str, inputs: tuple, out, params: tuple | None = None, **overrides):
+    """(launch, copied): `launch()` runs the step's kernel into `out` (a tensor, or a tuple of the
+    direction's outputs), allocating nothing; `copied` names the inputs that broke the step's
+    layout and were copied here, outside the launch. `overrides` go to a Triton step's launch()
+    as keyword arguments (e.g. block=4)."""
     check_inputs(v, direction, inputs)
     views, copied = torch_ops.kernel_inputs(v, direction, inputs)
     raw = torch_ops.raw_launcher(v, direction)
-    (out_view,) = SPECS[v.op].kernel_view(out)
-    return (lambda: raw(*views, out_view, **overrides)), copied
+    outs = torch_ops.output_views(v.op, direction, out)
+    params = SPECS[v.op].directions()[direction].defaults if params is None else params
+    return (lambda: raw(*views, *outs, *params, **overrides)), copied

@@ -20,16 +20,17 @@ __all__ = ["OPS", "BACKENDS", "REPO", "Header", "RegistryError", "Variant", "Dec
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Variant(Step):
-    def __call__(self, *inputs):
-        """Run this step (forward): checked inputs, the registered torch op, a new output."""
-        return dispatch.run(self, "forward", inputs)
+    def __call__(self, *inputs, params: tuple | None = None):
+        """Run this step (forward): checked inputs, the registered torch op, new outputs (all of
+        them, saved statistics too). `params`: the op's non-tensor arguments, else its defaults."""
+        return dispatch.run(self, "forward", inputs, params)
 
-    def backward(self, *inputs):
+    def backward(self, *inputs, params: tuple | None = None):
         """Run this step's backward kernel (softmax: y, dy -> dx)."""
-        return dispatch.run(self, "backward", inputs)
+        return dispatch.run(self, "backward", inputs, params)
 
     def launch_into(self, *inputs, out, direction: str = "forward"):
-        """Launch into a preallocated `out` (no allocation: what the bench times)."""
+        """Launch into preallocated `out` (no allocation: what the bench times)."""
         self.launcher(direction, inputs, out)[0]()
         return out
 

@@ -19,7 +19,7 @@ import torch
 
 from . import cuda_build
 from .ops import SPECS
-from .ops.spec import fits_layout, layout_copy
+from .ops.spec import as_tuple, fits_layout, layout_copy
 from .steps import REPO, Step, all_steps
 
 
@@ -38,11 +38,11 @@ def kernel_inputs(v: Step, direction: str, inputs: tuple) -> tuple[tuple, list[s
     views, copied = [], []
     for name, t in zip(names, inputs):
         try:
-            (view,) = spec.kernel_view(t)
+            view = spec.view(name, t)
         except RuntimeError:  # the view would need a copy (e.g. leading dims that cannot fold)
             view = None
         if view is None or not fits_layout(view, v.layout):
-            (view,) = spec.kernel_view(layout_copy(t, v.layout))
+            view = spec.view(name, layout_copy(t, v.layout))
             copied.append(name)
         views.append(view)
     return tuple(views), copied
@@ -64,8 +64,14 @@ def _op_name(v: Step, direction: str) -> str:
     return v.qualname + ("" if direction == "forward" else f"_{direction}")
 
 
+def output_views(op: str, direction: str, out) -> tuple:
+    """The kernel's views of a direction's output(s), in order."""
+    spec = SPECS[op]
+    return tuple(spec.view(name, t) for name, t in zip(spec.directions()[direction].outputs, as_tuple(out)))
+
+
 def kernel(v: Step, direction: str):
-    """(*kernel_inputs, out_view) -> None: the step's launch for one direction."""
+    """(*kernel_inputs, *output_views, *params) -> None: the step's launch for one direction."""
     if v.backend == "triton":
         module = triton_module(v)
         fn = getattr(module, "launch" if direction == "forward" else f"launch_{direction}", None)
@@ -137,33 +143,50 @@ def _register(v: Step) -> SimpleNamespace:
             torch.library.triton_op(name, host, mutates_args=())
         else:
             torch.library.custom_op(name, host, mutates_args=())
-            torch.library.register_fake(name)(d.allocate)
+            torch.library.register_fake(name)(_fake(d))
         ops[direction] = getattr(torch.ops.rosetta, _op_name(v, direction)).default
     step_ops = SimpleNamespace(forward=ops["forward"], backward=ops.get("backward"))
     if spec.autograd:
         setup, grads = spec.autograd
+        tensors, no_grads = len(spec.forward.inputs), (None,) * len(spec.forward.params)
+
+        def setup_context(ctx, inputs, output):  # inputs: the tensors, then the params
+            setup(ctx, inputs[:tensors], output, inputs[tensors:])
+
         torch.library.register_autograd(f"rosetta::{v.qualname}",
-                                        lambda ctx, grad: grads(step_ops, ctx, grad), setup_context=setup)
+                                        lambda ctx, *g: (*as_tuple(grads(step_ops, ctx, *g)), *no_grads),
+                                        setup_context=setup_context)
     return step_ops
 
 
 def _host(v: Step, direction: str, d):
-    """The functional op's body: layout copies if needed, a new output, the launch."""
-    spec = SPECS[v.op]
+    """The functional op's body: layout copies if needed, new outputs, the launch."""
     launch = None
+    tensors = len(d.inputs)
 
-    def host(*inputs):
+    def host(*args):
         nonlocal launch
         if launch is None:
             launch = kernel(v, direction)  # resolved at the first call (CUDA: builds the extension)
+        inputs = args[:tensors]
         views, _ = kernel_inputs(v, direction, inputs)
         out = d.allocate(*inputs)
-        launch(*views, *spec.kernel_view(out))
+        launch(*views, *output_views(v.op, direction, out), *args[tensors:])
         return out
 
-    # custom_op/triton_op infer the schema from the signature: one Tensor per named input.
-    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
-              for n in d.inputs]
-    host.__signature__ = inspect.Signature(params, return_annotation=torch.Tensor)
+    # custom_op/triton_op infer the schema from the signature: one Tensor per named input, then
+    # the params (float or int), returning a Tensor or a tuple of them.
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = ([inspect.Parameter(n, kind, annotation=torch.Tensor) for n in d.inputs]
+              + [inspect.Parameter(p.name, kind, annotation=p.kind) for p in d.params])
+    returns = torch.Tensor if len(d.outputs) == 1 else tuple[(torch.Tensor,) * len(d.outputs)]
+    host.__signature__ = inspect.Signature(params, return_annotation=returns)
     host.__name__ = _op_name(v, direction)
     return host
+
+
+def _fake(d):
+    """The fake implementation: allocate's outputs (the params change no shape)."""
+    def fake(*args):
+        return d.allocate(*args[:len(d.inputs)])
+    return fake

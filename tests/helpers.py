@@ -5,6 +5,7 @@ import os
 import torch
 
 from rosetta.ops import SPECS
+from rosetta.ops.spec import as_tuple
 
 
 # Where the GPU tests put their tensors. ROSETTA_TEST_DEVICE=cuda:1 on a two-GPU machine puts every
@@ -14,20 +15,23 @@ GPU = torch.device(os.environ.get("ROSETTA_TEST_DEVICE", "cuda"))
 
 
 def assert_matches_reference(variant, inputs, out, direction="forward"):
-    """out vs the fp64 reference on the same inputs: the worst elementwise error under the op's
-    tolerance (NaN never passes); on failure, say where and by how much."""
+    """out vs the fp64 reference on the same inputs, output by output: the worst elementwise error
+    under the op's tolerance (NaN never passes); on failure, say which output, where and by how
+    much."""
     d = SPECS[variant.op].directions()[direction]
     ref = d.reference(*inputs)
-    assert out.shape == ref.shape, f"{variant.label}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
-    assert out.dtype == d.allocate(*inputs).dtype, f"{variant.label}: dtype {out.dtype}"
-    err, worst, got, expected = d.error_report(out, ref, inputs)
+    outs, refs, expected_outs = as_tuple(out), as_tuple(ref), as_tuple(d.allocate(*inputs))
+    assert len(outs) == len(d.outputs), f"{variant.label}: {len(outs)} outputs, expected {d.outputs}"
     tol = d.tolerance[inputs[0].dtype]
-    if not err <= tol:
-        where = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), ref.shape)) if ref.dim() else ()
-        raise AssertionError(
-            f"{variant.label} {direction} {inputs[0].dtype} shapes {[tuple(t.shape) for t in inputs]} "
-            f"strides {[t.stride() for t in inputs]}: error {err:.3g} > {tol:g}; worst element {where}: "
-            f"got {got}, expected {expected}")
+    for (name, (err, worst, got, expected)), o, r, e in zip(d.output_errors(out, ref, inputs), outs, refs, expected_outs):
+        assert o.shape == r.shape, f"{variant.label} {name}: shape {tuple(o.shape)}, expected {tuple(r.shape)}"
+        assert o.dtype == e.dtype, f"{variant.label} {name}: dtype {o.dtype}, expected {e.dtype}"
+        if not err <= tol:
+            where = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), r.shape)) if r.dim() else ()
+            raise AssertionError(
+                f"{variant.label} {direction} {inputs[0].dtype} shapes {[tuple(t.shape) for t in inputs]} "
+                f"strides {[t.stride() for t in inputs]}: {name}'s error {err:.3g} > {tol:g}; worst element "
+                f"{where}: got {got}, expected {expected}")
 
 
 def gpu_memory_allows(nbytes: int) -> bool:

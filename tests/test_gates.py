@@ -4,6 +4,7 @@ computed by torch and then damaged by hand."""
 import torch
 
 from rosetta.ops import SPECS
+from rosetta.ops.spec import as_tuple
 
 
 def gen():
@@ -73,13 +74,18 @@ def test_tf32_would_fail_the_fp32_gate():
 
 
 def test_nan_and_unwritten_outputs_never_pass():
+    """Every output of every direction: NaN where the reference is finite fails, each output on
+    its own (a kernel that writes y but forgets rstd fails too)."""
     for op, spec in SPECS.items():
-        d = spec.forward
-        shape = spec.cpu_shapes[2]
-        inputs = d.make_inputs(shape, torch.float32, "cpu", gen())
-        out = d.allocate(*inputs).fill_(float("nan"))
-        if out.numel():
-            assert d.error(out, d.reference(*inputs), inputs) == float("inf"), op
+        for direction, d in spec.directions().items():
+            inputs = d.make_inputs(spec.cpu_shapes[2], torch.float32, "cpu", gen())
+            ref = as_tuple(d.reference(*inputs))
+            for k in range(len(d.outputs)):
+                out = tuple(r.float() for r in ref)
+                out[k].fill_(float("nan"))
+                if out[k].numel():
+                    assert d.error(out if len(out) > 1 else out[0], d.reference(*inputs), inputs) == float("inf"), \
+                        (op, direction, d.outputs[k])
 
 
 def test_softmax_error_in_blocks_of_rows_is_the_whole_tensor_error(monkeypatch):

@@ -1,5 +1,6 @@
-"""Peer libraries as bench tiers, when they import: Liger-Kernel's Triton softmax (forward and
-backward). A peer that is not installed, or that refuses a shape, is named in the table as such."""
+"""Peer libraries as bench tiers, when they import: Liger-Kernel's Triton softmax, RMSNorm and
+LayerNorm (forward and backward). A peer that is not installed, or that refuses a shape, is named
+in the table as such."""
 from __future__ import annotations
 
 import importlib
@@ -15,8 +16,11 @@ def available(peer: str) -> bool:
         return False
 
 
+LIGER_OPS = ("softmax", "rms_norm", "layer_norm")
+
+
 def takes(peer: str, op: str, direction: str) -> bool:
-    return peer == "liger" and op == "softmax"
+    return peer == "liger" and op in LIGER_OPS
 
 
 def runner(peer: str, op: str, direction: str, inputs: tuple):
@@ -24,6 +28,8 @@ def runner(peer: str, op: str, direction: str, inputs: tuple):
     Raises ValueError for a peer that is absent or refuses the shape: the bench reports it."""
     if not available(peer):
         raise ValueError(f"{peer} is not installed (pip install liger-kernel)")
+    if op != "softmax":
+        return norm_runner(op, direction, inputs)
     from liger_kernel.ops import softmax as liger
 
     x = inputs[0]
@@ -36,3 +42,36 @@ def runner(peer: str, op: str, direction: str, inputs: tuple):
     y, dy = inputs
     block, warps = calculate_settings(y.shape[-1])  # what its forward would have chosen
     return lambda: liger._softmax_backward(dy, y, block, warps, False)
+
+
+def norm_runner(op: str, direction: str, inputs: tuple):
+    """Liger's RMSNorm (llama casting: fp32 rstd, as ours) and LayerNorm, their statistics shaped
+    as ours ((rows, 1)) so the bench's gate judges them; the backward never in place (it would
+    write dx over dy, an input the timing replays)."""
+    from liger_kernel.ops import layer_norm, rms_norm
+
+    from rosetta.ops.rms_norm import EPS
+
+    def column(t):
+        return t.view(-1, 1)
+
+    if op == "rms_norm" and direction == "forward":
+        x, w = inputs
+
+        def forward():
+            y, _, rstd, *_ = rms_norm.rms_norm_forward(x, w, EPS, 0.0, "llama", None)
+            return y, column(rstd)
+        return forward
+    if op == "rms_norm":
+        x, w, rstd, dy = inputs
+        _, _, _, block, warps, mode = rms_norm.rms_norm_forward(x, w, EPS, 0.0, "llama", None)  # its settings
+        return lambda: rms_norm.rms_norm_backward(dy, x, w, rstd.view(-1), 0.0, mode, block, warps, False, None)
+    if direction == "forward":
+        x, w, b = inputs
+
+        def forward():
+            y, _, mean, rstd, *_ = layer_norm.layer_norm_forward(x, w, b, EPS)
+            return y, column(mean), column(rstd)
+        return forward
+    x, w, mean, rstd, dy = inputs
+    return lambda: layer_norm.layer_norm_backward(dy, x, w, w, mean.view(-1), rstd.view(-1))

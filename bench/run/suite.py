@@ -11,6 +11,7 @@ import torch
 import rosetta
 from rosetta import timing
 from rosetta.ops import SPECS
+from rosetta.ops.spec import as_tuple
 
 from .. import lines, results
 from . import nvtx
@@ -140,7 +141,7 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     tolerance = d.tolerance[group.dtype]
     work = d.minimal_bytes(group.shape, group.dtype) if spec.metric == "GB/s" else d.flops(group.shape)
     scale = 1e9 if spec.metric == "GB/s" else 1e12
-    out_bytes = reference.numel() * group.dtype.itemsize  # one call's output
+    out_bytes = sum(r.numel() * group.dtype.itemsize for r in as_tuple(reference))  # one call's outputs
     budget = torch.cuda.mem_get_info()[0] // 4
     rows, turn = [], []  # turn: the (subject, row, launches) of right answers waiting to be timed
     fastest = {}  # backend -> its quickest replay so far in this group (the suite's slow-step cut)
@@ -190,9 +191,10 @@ def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, f
         row["input_copy"] = ",".join(copied)
         result = launch()  # also the warm-up: JIT compile, autotune, torch.compile
         torch.cuda.synchronize()
-        err = d.error(result, reference, inputs)
+        err = (d.tier_error(inputs, result) if d.tier_error and isinstance(subject, Tier)
+               else d.error(result, reference, inputs))
         if gate and err <= tolerance:
-            g_fn, _ = runner(subject, group.direction, gate[0], d.allocate(*gate[0]).fill_(float("nan")))
+            g_fn, _ = runner(subject, group.direction, gate[0], d.poisoned(*gate[0]))
             err = max(err, d.error(g_fn(), gate[1], gate[0]))
         del result
     except ValueError as exc:  # the step (or a peer) declares it does not take this input
@@ -227,7 +229,7 @@ def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, f
 def placement(subject, group: Group, d, inputs: tuple):
     """(launch, copied): one call of the subject on `inputs`, into an output of its own (NaN-filled:
     a step that skips an element cannot pass), inside the step's NVTX range."""
-    fn, copied = runner(subject, group.direction, inputs, d.allocate(*inputs).fill_(float("nan")))
+    fn, copied = runner(subject, group.direction, inputs, d.poisoned(*inputs))
 
     def launch():
         with nvtx.step_range(subject.label):

@@ -102,7 +102,7 @@ INPUT_LAYOUTS = {
 }
 
 
-def autograd_setup(ctx, inputs, output):
+def autograd_setup(ctx, inputs, output, params):
     ctx.save_for_backward(*inputs)
 
 
@@ -148,7 +148,7 @@ SPEC = OpSpec(
     name="matmul",
     position=4,
     forward=Direction(
-        inputs=("a", "b"), output="out", make_inputs=make_inputs,
+        inputs=("a", "b"), outputs=("out",), make_inputs=make_inputs,
         allocate=lambda a, b: a.new_empty((a.shape[0], b.shape[1])),
         reference=lambda a, b: a.double() @ b.double(),
         error_scale=error_scale,

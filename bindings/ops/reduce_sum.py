@@ -24,7 +24,7 @@ SPEC = OpSpec(
     name="reduce_sum",
     position=2,
     forward=Direction(
-        inputs=("x",), output="out", make_inputs=make_inputs,
+        inputs=("x",), outputs=("out",), make_inputs=make_inputs,
         allocate=lambda x: x.new_empty((), dtype=torch.float32),
         reference=lambda x: x.double().sum(),
         # |out - ref| <= 1e-5 * sum|x|: what fp32 accumulation must reach, whatever the order

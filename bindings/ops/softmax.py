@@ -1,5 +1,7 @@
 """softmax over the last dimension (any leading dimensions), fp32 math inside; differentiable:
 the backward is dx = y * (dy - sum(y * dy)) per row, run by the same step's backward kernel."""
+import math
+
 import torch
 
 from .spec import Direction, Headline, OpSpec, Suite, SweepAxis, address, dtype_label
@@ -18,7 +20,7 @@ def check_shapes(label, *tensors):
 def rows_view(*tensors):
     """rows x cols: every leading dimension folded into rows. view() never copies: a tensor whose
     leading dimensions cannot fold raises, and the layout check makes it contiguous first."""
-    return tuple(t.view(-1, t.shape[-1]) if t.shape[-1] else t.reshape(-1, 0) for t in tensors)
+    return tuple(t.view(-1, t.shape[-1]) if t.shape[-1] else t.reshape(math.prod(t.shape[:-1]), 0) for t in tensors)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -90,7 +92,7 @@ def backward_scale(inputs, ref):
     return y * (dy.abs() + (y * dy).abs().sum(-1, keepdim=True)) + torch.finfo(inputs[0].dtype).tiny
 
 
-def autograd_setup(ctx, inputs, output):
+def autograd_setup(ctx, inputs, output, params):
     ctx.save_for_backward(output)
 
 
@@ -115,7 +117,7 @@ SPEC = OpSpec(
     name="softmax",
     position=3,
     forward=Direction(
-        inputs=("x",), output="out", make_inputs=make_inputs,
+        inputs=("x",), outputs=("out",), make_inputs=make_inputs,
         allocate=lambda x: torch.empty_like(x, memory_format=torch.contiguous_format),
         reference=lambda x: torch.softmax(x.double(), -1),
         error_scale=forward_scale, tolerance=TOLERANCE, row_inputs=lambda inputs, rows: (inputs[0][rows],),
@@ -126,7 +128,7 @@ SPEC = OpSpec(
         torch_unfused=unfused,
     ),
     backward=Direction(
-        inputs=("y", "dy"), output="dx", make_inputs=make_backward_inputs,
+        inputs=("y", "dy"), outputs=("dx",), make_inputs=make_backward_inputs,
         allocate=lambda y, dy: torch.empty_like(y, memory_format=torch.contiguous_format),
         reference=backward_reference, error_scale=backward_scale, tolerance=TOLERANCE,
         row_inputs=lambda inputs, rows: tuple(t[rows] for t in inputs),

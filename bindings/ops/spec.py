@@ -1,7 +1,8 @@
 """What defines an op, once: its directions (forward, and backward if it is differentiable), each
-with its tensors, fp64 reference, error yardstick and napkin math; the view its kernels receive;
-its headline shapes, test shapes and reference tiers. Everything else (the C++ argument structs,
-the torch op schemas, autograd, tests, bench, tables) is generated or generic over these fields."""
+with its tensors in and out, its non-tensor parameters (eps, p, a seed), fp64 reference, error
+yardsticks and napkin math; the view its kernels receive; its headline shapes, test shapes and
+reference tiers. Everything else (the C++ argument structs, the torch op schemas, fake tensors,
+autograd, tests, bench, tables) is generated or generic over these fields."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -62,21 +63,43 @@ def layout_copy(t: torch.Tensor, layout: str) -> torch.Tensor:
     return torch.empty((*t.shape[:-1], pitch), dtype=t.dtype, device=t.device)[..., :cols].copy_(t)
 
 
+def as_tuple(out) -> tuple:
+    """A direction's outputs as a tuple: one output is a tensor, several a tuple of them."""
+    return out if isinstance(out, tuple) else (out,)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A non-tensor argument (LayerNorm's eps, dropout's p and seed): after the tensors in the torch
+    op's schema, the generated C++ struct (a float is a double, an int an int64_t) and the step's
+    launch. Tests and bench run the default; the public call takes it as a keyword."""
+    name: str
+    kind: type  # float or int
+    default: float | int
+
+
 @dataclass(frozen=True)
 class Direction:
-    """One kernel direction: `inputs` -> one output, both named (the names become the torch op
-    schema's argument names and the fields of the generated C++ argument struct)."""
+    """One kernel direction: named `inputs` -> named `outputs` (the names become the torch op
+    schema's argument names and the fields of the generated C++ argument struct), with `params`
+    after the tensors. One output is returned as a tensor, several as a tuple, by every callable
+    below that makes outputs (allocate, reference, the torch tiers) and by the step's torch op."""
     inputs: tuple[str, ...]
-    output: str
+    outputs: tuple[str, ...]
     make_inputs: Callable  # (shape, dtype, device, generator) -> tuple of fresh random inputs
-    allocate: Callable  # (*inputs) -> the empty output; also the fake (meta) implementation
-    reference: Callable  # (*inputs) -> the float64 result torch computes
-    # max over elements of |out - ref| / scale; scale = error_scale(inputs, ref), per element
-    error_scale: Callable
+    allocate: Callable  # (*inputs) -> the empty output(s); also the fake (meta) implementation
+    # (*inputs, **params) -> the float64 result(s) torch computes; its keyword defaults are the
+    # params' defaults (what tests and bench run)
+    reference: Callable
+    # max over elements of |out - ref| / scale; scale = error_scale(inputs, ref), per element; with
+    # several outputs, a tuple of them (one yardstick per output, each against that output's ref)
+    error_scale: Callable | tuple
     tolerance: dict  # dtype -> the largest error that passes
     minimal_bytes: Callable  # (shape, dtype) -> bytes an ideal kernel moves through DRAM
     flops: Callable  # (shape) -> floating-point operations
-    torch_eager: Callable  # (*inputs, out) -> None: the vendor-library tier, writing into out
+    # (*inputs, out) -> None: the vendor-library tier, writing into out; or, for an op torch has no
+    # out= variant of, its own result (a fresh allocation: from the graph's pool when timed)
+    torch_eager: Callable
     torch_expr: Callable  # (*inputs) -> result: what torch.compile compiles for its tier
     # (*inputs, out) -> None: the op as separate torch ops, the way it is written without a fused
     # kernel (the torch/unfused tier); None: no such tier in this direction
@@ -87,36 +110,71 @@ class Direction:
     # Given, the error is measured a block of rows at a time: fp64 temporaries of ~128 MB instead
     # of several copies of the whole output (tens of GB for a 4 GB fp32 output).
     row_inputs: Callable | None = None
+    params: tuple[Param, ...] = ()
+    # inputs and outputs whose dtype is fixed whatever the op's (fp32 statistics saved for the
+    # backward): name -> dtype. Every other tensor has the first input's dtype.
+    fixed_dtypes: dict = field(default_factory=dict)
+    # (inputs, out) -> error: how a torch or peer tier is judged when it cannot match the
+    # reference element for element (dropout: torch's own generator draws another mask). None:
+    # tiers are judged like steps.
+    tier_error: Callable | None = None
+
+    @property
+    def defaults(self) -> tuple:
+        """The params' default values, in order: what tests and bench launch with."""
+        return tuple(p.default for p in self.params)
+
+    def poisoned(self, *inputs):
+        """New outputs filled with NaN (allocate's structure): a kernel that skips an element fails."""
+        out = self.allocate(*inputs)
+        for t in as_tuple(out):
+            t.fill_(float("nan"))
+        return out
+
+    def output_errors(self, out, ref, inputs) -> list[tuple[str, tuple]]:
+        """(output name, error_report of that output) for every output."""
+        scales = self.error_scale if isinstance(self.error_scale, tuple) else (self.error_scale,)
+        outs, refs = as_tuple(out), as_tuple(ref)
+        if len(outs) != len(self.outputs) or len(refs) != len(self.outputs):
+            raise ValueError(f"{len(outs)} outputs, expected {len(self.outputs)} {self.outputs}")
+        return [(name, self._error_one(o, r, inputs, scale))
+                for name, o, r, scale in zip(self.outputs, outs, refs, scales)]
 
     def error(self, out: torch.Tensor, ref: torch.Tensor, inputs: tuple) -> float:
         """The normalised worst elementwise error; NaN or Inf where ref is finite gives inf."""
         return self.error_report(out, ref, inputs)[0]
 
     def error_report(self, out, ref, inputs) -> tuple[float, int, float, float]:
-        """(error, flat index of the worst element, its value, the reference there)."""
+        """(error, flat index of the worst element, its value, the reference there), of the output
+        with the largest error (the first of equal ones)."""
+        reports = [report for _, report in self.output_errors(out, ref, inputs)]
+        return max(reports, key=lambda r: r[0])
+
+    def _error_one(self, out, ref, inputs, error_scale) -> tuple[float, int, float, float]:
         if out.shape != ref.shape:
             raise ValueError(f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
         if ref.numel() == 0:
             return 0.0, -1, float("nan"), float("nan")
         if self.row_inputs is None or ref.dim() < 2:  # 1-D: the one dimension is the row
-            return self._error_block(out, ref, inputs)
+            return self._error_block(out, ref, inputs, error_scale)
         per_row = ref[0].numel()  # > 0: ref is not empty
         step = max(1, ERROR_BLOCK_ELEMENTS // per_row)
         worst = None
         for first in range(0, ref.shape[0], step):
             rows = slice(first, first + step)
-            err, at, got, expected = self._error_block(out[rows], ref[rows], self.row_inputs(inputs, rows))
+            err, at, got, expected = self._error_block(out[rows], ref[rows], self.row_inputs(inputs, rows), error_scale)
             if worst is None or err > worst[0]:  # the first of equal errors, as argmax
                 worst = (err, first * per_row + at, got, expected)
         return worst
 
-    def _error_block(self, out, ref, inputs) -> tuple[float, int, float, float]:
+    @staticmethod
+    def _error_block(out, ref, inputs, error_scale) -> tuple[float, int, float, float]:
         out64, ref64 = out.double().flatten(), ref.double().flatten()
         finite_ref = torch.isfinite(ref64)
         # Special values (torch's own NaN/inf rows) must match exactly; elsewhere: scaled error.
         special_ok = torch.where(finite_ref, torch.isfinite(out64),
                                  (out64 == ref64) | (out64.isnan() & ref64.isnan()))
-        scale = torch.as_tensor(self.error_scale(inputs, ref), dtype=torch.float64, device=ref.device)
+        scale = torch.as_tensor(error_scale(inputs, ref), dtype=torch.float64, device=ref.device)
         scale = scale.expand_as(ref).flatten().clamp_min(torch.finfo(torch.float64).tiny)
         diff = torch.where(finite_ref, (out64 - ref64).abs() / scale, torch.zeros_like(ref64))
         diff = torch.where(special_ok, diff.nan_to_num(float("inf")), torch.full_like(diff, float("inf")))
@@ -168,9 +226,10 @@ class OpSpec:
     test_shapes: tuple[Shape, ...]  # GPU: every step x dtype x these (each with a comment in the spec)
     cpu_shapes: tuple[Shape, ...]  # CPU: Triton steps under the interpreter, small
     backward: Direction | None = None
-    # Autograd through the same step: setup(ctx, inputs, output) and grads(step_ops, ctx, grad) ->
-    # one gradient per input (None where not needed); step_ops.forward / .backward are that
-    # step's torch ops. None: the op is not differentiable.
+    # Autograd through the same step: setup(ctx, inputs, output(s), params) and
+    # grads(step_ops, ctx, *grads) -> one gradient per tensor input (None where not needed; the
+    # params get none); step_ops.forward / .backward take (*tensors, *params) and are that step's
+    # torch ops (or, in an eager call, its kernels). None: the op is not differentiable.
     autograd: tuple[Callable, Callable] | None = None
     dtypes: tuple = ALL_FLOAT  # what a step takes unless its header says `Dtypes:`
     layout: str = "contiguous"  # what a step assumes unless its header says `Layout:`
@@ -197,6 +256,21 @@ class OpSpec:
     # x's shape): with a gradient to take, a step's declared limits are checked on these too, before
     # the forward runs. None: the backward runs the forward on other inputs (matmul).
     backward_inputs: Callable | None = None
+    # The view of a tensor the kernel_view does not suit, by name: e.g. {"weight": identity} for a
+    # norm's weight of the row's length beside rows x cols inputs
+    views: dict = field(default_factory=dict)
+    # Forward outputs kept for the backward that the public call does not return (a norm's fp32
+    # mean and rstd; attention's log-sum-exp): the step's torch op returns them all
+    saved: tuple[str, ...] = ()
+
+    def view(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """The kernel's view of the tensor called `name` (an input's or an output's)."""
+        view = self.views.get(name)
+        return view(t) if view else self.kernel_view(t)[0]
+
+    def public_outputs(self) -> int:
+        """How many of the forward's outputs (the first ones) the public call returns."""
+        return len(self.forward.outputs) - len(self.saved)
 
     def problem_shape(self, *inputs) -> Shape:
         return tuple(self.problem(*inputs)) if self.problem else tuple(inputs[0].shape)

@@ -32,7 +32,7 @@ SPEC = OpSpec(
     name="vector_add",
     position=1,
     forward=Direction(
-        inputs=("x", "y"), output="out", make_inputs=make_inputs,
+        inputs=("x", "y"), outputs=("out",), make_inputs=make_inputs,
         allocate=lambda x, y: torch.empty_like(x, memory_format=torch.contiguous_format),
         reference=reference,
         error_scale=lambda inputs, ref: 1.0,  # absolute difference: any nonzero one fails
