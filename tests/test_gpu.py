@@ -183,14 +183,17 @@ def test_torch_compile_fullgraph_forward_and_backward(gen, op, backend):
     inputs = make_inputs(op, shape, torch.float32, GPU, gen)
     eager = fn(*inputs, backend=backend)  # also registers the backend's ops before tracing
     compiled = torch.compile(lambda *args: fn(*args, backend=backend), fullgraph=True)
-    torch.testing.assert_close(compiled(*inputs), eager)
+    # Inductor autotunes a user Triton kernel itself: an autotuned step may run another config
+    # there, the same math summed in another order (a reduction over rows: fp32 rounding apart)
+    close = dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled(*inputs), eager, **close)
     if SPECS[op].autograd and eager.numel():
         leaves = [t.clone().requires_grad_() for t in inputs]
         compiled(*leaves).sum().backward()
         eager_leaves = [t.clone().requires_grad_() for t in inputs]
         fn(*eager_leaves, backend=backend).sum().backward()
         for a, b in zip(leaves, eager_leaves):
-            torch.testing.assert_close(a.grad, b.grad)
+            torch.testing.assert_close(a.grad, b.grad, **close)
 
 
 @pytest.mark.parametrize("backend", rosetta.BACKENDS)

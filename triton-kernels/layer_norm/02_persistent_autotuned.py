@@ -164,7 +164,7 @@ def launch(x, weight, bias, y, mean, rstd, eps):
     if rows == 0 or cols == 0:
         return
     check_cols(cols)
-    block = triton.next_power_of_2(cols)
+    block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
 
     def grid(meta):
         # Registers per thread: x (then x - mean), w and b, ROWS x BLOCK / threads values each.
@@ -184,7 +184,7 @@ def launch_backward(x, weight, mean, rstd, dy, dx, dweight, dbias):
         dbias.zero_()
         return
     check_cols(cols)
-    block = triton.next_power_of_2(cols)
+    block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
     # Fixed before the autotuner picks ROWS: the partials are allocated for this grid.
     groups = min(rows, BACKWARD_PROGRAMS_PER_SM * sm_count(x.device))
     partial = empty_partials(2, groups, cols, x.device)

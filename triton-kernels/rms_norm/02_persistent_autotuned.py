@@ -148,7 +148,7 @@ def launch(x, weight, y, rstd, eps):
     if rows == 0 or cols == 0:
         return
     check_cols(cols)
-    block = triton.next_power_of_2(cols)
+    block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
 
     def grid(meta):
         # Registers per thread: x and w, ROWS x BLOCK / threads values each.
@@ -166,7 +166,7 @@ def launch_backward(x, weight, rstd, dy, dx, dweight):
         dweight.zero_()  # a sum over no rows
         return
     check_cols(cols)
-    block = triton.next_power_of_2(cols)
+    block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
     # Fixed before the autotuner picks ROWS: the partials are allocated for this grid.
     groups = min(rows, BACKWARD_PROGRAMS_PER_SM * sm_count(x.device))
     partial = empty_partials(1, groups, cols, x.device)
