@@ -24,6 +24,9 @@ Limits:   cols <= 65536, as step 1. ptxas -v, sm_90a, bf16: configs are capped a
           32 warps remain, and the backward spills ~100-150 B at 16,384, ~2 KB at 65,536. The
           first call for each (cols, dtype) runs the autotuner.
 Max:      cols <= 65536
+Hazard:   under torch.compile its backward's dweight comes back wrong (0 where eager gives the
+          sum; the GPU tests' compile and opcheck cases): Inductor loses the partials between its
+          two launches. Eager calls are right; step=None passes it over until that is fixed.
 Layout:   rows
 Mirrors:  CUDA step 2 (row in registers, per-block dweight partials + second pass), with
           several rows per program
