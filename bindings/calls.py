@@ -124,7 +124,7 @@ def direct(v, direction: str, inputs: tuple | None = None):
             def run_plain(*args):  # the kernel takes the tensors as they are (e.g. 2-D softmax rows)
                 tensors = args[:n]
                 out = allocate(*tensors)
-                raw(*tensors, *out, *args[n:]) if several else raw(*tensors, out, *args[n:])
+                raw(*tensors, *(out if several else (out,)), *args[n:])
                 return out
             return run_plain
 

@@ -225,8 +225,6 @@ FULL_CHECKS = QUICK_CHECKS + ("test_aot_dispatch_dynamic",)
 
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
 def test_opcheck(gen, v):
-    if "torch.compile" in v.hazard:  # a declared, known failure under tracing: kept visible, not hidden
-        pytest.xfail(v.hazard)
     dtype = v.dtypes[0]
     shapes = {"softmax": [(7, 33), (2, 32768)], "matmul": [(24, 16, 8), (8, 1, 8)]}.get(v.op, [SPECS[v.op].test_shapes[2]])
     inputs = fitting_inputs(v, shapes, dtype, gen, grad=bool(SPECS[v.op].autograd))

@@ -64,8 +64,11 @@ def norm_runner(op: str, direction: str, inputs: tuple):
         return forward
     if op == "rms_norm":
         x, w, rstd, dy = inputs
-        _, _, _, block, warps, mode = rms_norm.rms_norm_forward(x, w, EPS, 0.0, "llama", None)  # its settings
-        return lambda: rms_norm.rms_norm_backward(dy, x, w, rstd.view(-1), 0.0, mode, block, warps, False, None)
+        from liger_kernel.ops.utils import calculate_settings
+
+        block, warps = calculate_settings(x.shape[-1])  # what its forward would have chosen
+        llama = rms_norm._str_to_casting_mode["llama"]
+        return lambda: rms_norm.rms_norm_backward(dy, x, w, rstd.view(-1), 0.0, llama, block, warps, False, None)
     if direction == "forward":
         x, w, b = inputs
 

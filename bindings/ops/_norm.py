@@ -63,16 +63,21 @@ def column_sum_scale(terms):
     return flat.abs().sum(0) * max(1.0, math.log2(max(flat.shape[0], 1)))
 
 
-def rows_and_weight_views():
-    """The kernels' views: rows x cols for x, y, dy, dx; the weight, bias and their gradients as
-    they are (N,); the statistics flat (rows,)."""
-    flat = lambda t: t.view(-1)  # noqa: E731 (a one-line view)
-    same = lambda t: t  # noqa: E731
-    return rows_view, {"weight": same, "bias": same, "dweight": same, "dbias": same, "mean": flat, "rstd": flat}
-
-
 def problem(x, *rest):
     return (x.numel() // x.shape[-1] if x.shape[-1] else 0, x.shape[-1])
+
+
+def flat(t):
+    return t.view(-1)
+
+
+def as_is(t):
+    return t
+
+
+# The kernels' views: rows x cols for x, y, dy, dx (the spec's kernel_view); the weight, bias and
+# their gradients as they are, (N,); the statistics flat, (rows,)
+VIEWS = {"weight": as_is, "bias": as_is, "dweight": as_is, "dbias": as_is, "mean": flat, "rstd": flat}
 
 
 # Tokens users bring (one decode token to a 32k batch) x hidden sizes of model families (GPT-2's
@@ -107,3 +112,8 @@ TEST_SHAPES = (
     (0, 100),  # zero rows: empty outputs, the weight's gradient zero
 )
 CPU_SHAPES = ((1, 1), (3, 7), (4, 1025), (2, 3, 33), (40, 8), (0, 5))
+
+# The OpSpec fields both norms share
+SHARED = dict(kernel_view=rows_view, views=VIEWS, layout="rows", headlines=HEADLINES, sweep=SWEEP,
+              sweep_dtype=torch.bfloat16, test_shapes=TEST_SHAPES, cpu_shapes=CPU_SHAPES,
+              bounds={"cols": lambda x, *rest: x.shape[-1]}, problem=problem, suite=SUITE, peers=("liger",))

@@ -75,7 +75,7 @@ def autograd_setup(ctx, inputs, output, params):
 
 
 def autograd_grads(step_ops, ctx, grad):
-    return (step_ops.backward(grad.contiguous(), *ctx.params),)
+    return (step_ops.backward(grad, *ctx.params),)
 
 
 def torch_dropout(x, out):

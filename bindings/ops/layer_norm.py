@@ -114,7 +114,6 @@ def stat_outputs(x):
     return tuple(x.new_empty(norm.stats_shape(x), dtype=torch.float32) for _ in range(2))
 
 
-view, views = norm.rows_and_weight_views()
 SPEC = OpSpec(
     name="layer_norm",
     position=6,
@@ -140,6 +139,7 @@ SPEC = OpSpec(
         reference=backward_reference, error_scale=(dx_scale, dw_scale, db_scale), tolerance=norm.TOLERANCE,
         minimal_bytes=lambda shape, dtype: 3 * torch.Size(shape).numel() * dtype.itemsize,  # x, dy in; dx out
         flops=lambda shape: 11 * torch.Size(shape).numel(),
+        # the bias argument only says that dbias is wanted (its values are not read): w stands in
         torch_eager=lambda x, w, mean, rstd, dy, out: torch.ops.aten.native_layer_norm_backward(
             dy, x, [x.shape[-1]], mean, rstd, w, w, [True, True, True]),
         torch_expr=backward_formula,
@@ -148,17 +148,6 @@ SPEC = OpSpec(
     autograd=(autograd_setup, autograd_grads),
     saved=("mean", "rstd"),
     check_shapes=check_shapes,
-    kernel_view=view,
-    views=views,
-    layout="rows",
-    headlines=norm.HEADLINES,
-    sweep=norm.SWEEP,
-    sweep_dtype=torch.bfloat16,
-    test_shapes=norm.TEST_SHAPES,
-    cpu_shapes=norm.CPU_SHAPES,
-    bounds={"cols": lambda x, *rest: x.shape[-1]},
-    problem=norm.problem,
-    suite=norm.SUITE,
     backward_inputs=lambda x, w, b: (x, w, *stat_outputs(x), x),
-    peers=("liger",),
+    **norm.SHARED,
 )

@@ -71,11 +71,9 @@ def autograd_setup(ctx, inputs, output, params):
 
 def autograd_grads(step_ops, ctx, grad, grad_rstd=None):
     x, w, rstd = ctx.saved_tensors
-    dx, dw = step_ops.backward(x, w, rstd, grad.to(x.dtype))
-    return dx, dw
+    return step_ops.backward(x, w, rstd, grad.to(x.dtype))
 
 
-view, views = norm.rows_and_weight_views()
 SPEC = OpSpec(
     name="rms_norm",
     position=5,
@@ -112,17 +110,6 @@ SPEC = OpSpec(
     autograd=(autograd_setup, autograd_grads),
     saved=("rstd",),
     check_shapes=check_shapes,
-    kernel_view=view,
-    views=views,
-    layout="rows",
-    headlines=norm.HEADLINES,
-    sweep=norm.SWEEP,
-    sweep_dtype=torch.bfloat16,
-    test_shapes=norm.TEST_SHAPES,
-    cpu_shapes=norm.CPU_SHAPES,
-    bounds={"cols": lambda x, *rest: x.shape[-1]},
-    problem=norm.problem,
-    suite=norm.SUITE,
     backward_inputs=lambda x, w: (x, w, x.new_empty(norm.stats_shape(x), dtype=torch.float32), x),
-    peers=("liger",),
+    **norm.SHARED,
 )

@@ -23,28 +23,13 @@ Why:      in step 7 a block's global latency (~1 us per tile from L2/DRAM) sat b
           42.7 flop/B (step 7: 32); shared 16 flop/B per warp and 21 FFMA per LDS.128 as in
           step 7. Copies cost one LDGSTS each (per-row source pointers, immediate offsets):
           ncu counted 91.8% of issued instructions as FFMA at 4096^3 (step 7: 89.2%).
-          Wave quantization: 3000^3 is 288 tiles = 2 waves + 24 on 132 SMs, and a third of the
-          time ran 24 SMs (0.74x cuBLAS); 4096^3 is 3 waves + 116, 16 SMs idle in the last
-          wave (4224 x 4096 x 4096, exactly 4 waves, ran 2-3% faster per flop). A first version
-          split only the tail tiles (3000^3: 1.67 -> 1.27 ms), which cannot help 4096^3. Stream-K
-          over the last two waves gives every SM (132 + tail) / 132 tiles of work: predicted
-          +3.1% at 4096^3, measured +1.5-2.7% (3.07-3.11 -> 3.03-3.05 ms); 3000^3 and
-          4097 x 4095 x 4099 as with the tail split. b with N = 4099 took 4x the copy
-          instructions, ~6% per wave; the repack (one read and one write of b) took
-          4097 x 4095 x 4099 to 0.87x cuBLAS.
-          FFMA order: cuBLAS's SGEMM here (sm80_xmma_gemm_..._tilesize256x128x8_warpsize4x2x1)
-          runs the same 128 x 256 tile of 8 64 x 64 warps, 1 block per SM, with the same
-          instruction count (2.43 G at 4096^3), but issues on 91% of scheduler cycles to our
-          77%; ncu's stalls per instruction: dispatch 0.22 vs 0.10 and wait 0.11 vs 0.01,
-          register-file bank conflicts. Counted in the SASS (4 banks, reg % 4; an operand that
-          the previous FFMA flagged .reuse is not read), row order costs 359 extra bank reads
-          per k-tile; column order with serpentine rows 163: 4096^3 0.873x -> 0.900x cuBLAS.
-          Starting at column 0 instead gave ptxas a 212-register allocation costing 716 and
-          0.827x: the allocation, not the arithmetic, moves the needle.
-          Tile choice: every tile shape puts 8 64 x 64 warp tiles on an SM, so the launcher takes
-          a smaller tile only if the busiest scheduler's warp k-tiles drop by over 1/9:
-          300 x 8192 x 300 goes from 6 tiles of 128 x 256 (46% of the padded outputs real) to
-          15 of 64 x 128 (73%); shapes that fill the machine keep 128 x 256 (SASS unchanged).
+          Wave quantization: a problem of 2-3 waves of tiles leaves SMs idle in the last one;
+          stream-K over the last two waves gives every SM (132 + tail) / 132 tiles of work.
+          FFMA order: the same tile and instruction count as cuBLAS's SGEMM, but fewer issue
+          slots used (register-file bank conflicts, counted in the SASS): column order with
+          serpentine rows reads the fewest extra banks. Tile choice: the launcher takes a
+          smaller tile only where it fills more of the SMs (300 x 8192 x 300); shapes that fill
+          the machine keep 128 x 256. KERNEL_LOG has the measurements behind each choice.
 Still:    ~70% of FFMA peak where cuBLAS's SASS reaches ~79%: register allocation is ptxas's,
           and CUDA C can only steer it by the order of the FFMAs. The stream-K pieces pay a round
           trip through L2 and a pipeline fill each, and one block adds a tile's pieces: at

@@ -17,10 +17,8 @@ Changed:  the row is read once, kept on the SM while its max and sum are reduced
           instantiation with one predicated 16-byte load per vector and no branch, and the
           backward issues all of y's and dy's loads before converting any. Backward: y and dy
           both stay on chip (registers, or shared memory up to ~226 KB for the two): 2 reads +
-          1 write. The register tiles give their loads an L2 priority (pick_load_hint): evict-
-          last when the output overflows the L2 (more of its dirty lines are still in L2 when
-          the kernel ends), evict-first (ld.global.cs) when only the backward's y and dy do (dx
-          stays in L2), none otherwise.
+          1 write. The register tiles give their loads an L2 priority (pick_load_hint: evict-
+          last or evict-first by what overflows the L2).
 Why:      2 reads + 1 write (3n) -> 1 read + 1 write (2n), the minimum: up to 3/2 faster where
           the second read came from DRAM, and for short rows it removes the L2 re-read that
           held step 4 below the DRAM ceiling. Bytes in flight: fp32 4096 x 4096 runs 256-thread

@@ -34,9 +34,8 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import sm_count
-from rosetta.triton_kernels.norm_common import empty_partials, sum_partials
+from rosetta.triton_kernels.norm_common import check_cols, empty_partials, sum_partials, warps_for
 
-MAX_COLS = 65536
 PROGRAMS_PER_SM = 4  # backward: G = 4 x SMs programs, one dweight and one dbias partial row each
 
 
@@ -112,21 +111,11 @@ def layer_norm_row_backward_kernel(
     tl.store(partial_ptr + (tl.num_programs(0) + pid) * cols + offs, db, mask=mask)
 
 
-def warps_for(block):
-    """~16 elements per thread up to 32 warps (the tile sizes num_warps, as in the tutorial)."""
-    return 4 if block <= 2048 else 8 if block <= 8192 else 16 if block <= 16384 else 32
-
-
-def check_cols(cols):
-    if cols > MAX_COLS:
-        raise ValueError(f"layer_norm step 1 holds a row in one tile: cols <= {MAX_COLS}, got {cols}")
-
-
 def launch(x, weight, bias, y, mean, rstd, eps):
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    check_cols(cols)
+    check_cols(cols, "layer_norm step 1")
     block = triton.next_power_of_2(cols)
     wrap_triton(layer_norm_row_kernel)[(rows,)](x, weight, bias, y, mean, rstd, cols, x.stride(0), eps,
                                                 BLOCK=block, num_warps=warps_for(block))
@@ -140,7 +129,7 @@ def launch_backward(x, weight, mean, rstd, dy, dx, dweight, dbias):
         dweight.zero_()  # sums over no rows
         dbias.zero_()
         return
-    check_cols(cols)
+    check_cols(cols, "layer_norm step 1")
     block = triton.next_power_of_2(cols)
     groups = min(rows, PROGRAMS_PER_SM * sm_count(x.device))
     rows_per_program = triton.cdiv(rows, groups)

@@ -35,24 +35,10 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import sm_count, tuned
-from rosetta.triton_kernels.norm_common import empty_partials, programs, sum_partials
+from rosetta.triton_kernels.common import sm_count
+from rosetta.triton_kernels.norm_common import check_cols, configs_for, empty_partials, programs, sum_partials
 
-MAX_COLS = 65536
 BACKWARD_PROGRAMS_PER_SM = 2  # G = 2 x SMs: one dweight and one dbias partial row per program
-TILES = (2048, 4096, 8192, 16384)  # elements per tile the autotuner tries
-ELEMENTS_PER_THREAD = (8, 16)  # per tensor: fewer leaves loads too short; 32 spills backward (ptxas -v)
-
-
-def configs_for(block):
-    """Configs (ROWS, WARPS) for rows of next_power_of_2 = block: every tile in TILES that holds at
-    least one row, at 8-16 elements per thread; a row past the largest tile gets 32 warps."""
-    lo, hi = ELEMENTS_PER_THREAD
-    pairs = [(tile // block, warps) for tile in TILES if tile >= block for warps in (4, 8, 16, 32)
-             if lo <= tile // (32 * warps) <= hi]
-    pairs = pairs or [(1, 32)]
-    configs = [triton.Config({"ROWS": rows, "WARPS": warps}, num_warps=warps) for rows, warps in pairs]
-    return tuned(configs, configs[0])
 
 
 @triton.jit
@@ -154,16 +140,11 @@ def backward_kernel(block):
     return triton.autotune(configs=configs_for(block), key=["cols"])(layer_norm_tile_backward_kernel)
 
 
-def check_cols(cols):
-    if cols > MAX_COLS:
-        raise ValueError(f"layer_norm step 2 holds a row in one tile: cols <= {MAX_COLS}, got {cols}")
-
-
 def launch(x, weight, bias, y, mean, rstd, eps):
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    check_cols(cols)
+    check_cols(cols, "layer_norm step 2")
     block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
 
     def grid(meta):
@@ -183,7 +164,7 @@ def launch_backward(x, weight, mean, rstd, dy, dx, dweight, dbias):
         dweight.zero_()  # sums over no rows
         dbias.zero_()
         return
-    check_cols(cols)
+    check_cols(cols, "layer_norm step 2")
     block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
     # Fixed before the autotuner picks ROWS: the partials are allocated for this grid.
     groups = min(rows, BACKWARD_PROGRAMS_PER_SM * sm_count(x.device))

@@ -32,9 +32,8 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import sm_count
-from rosetta.triton_kernels.norm_common import empty_partials, sum_partials
+from rosetta.triton_kernels.norm_common import check_cols, empty_partials, sum_partials, warps_for
 
-MAX_COLS = 65536
 PROGRAMS_PER_SM = 4  # backward: G = 4 x SMs programs, one dweight partial row each
 
 
@@ -96,21 +95,11 @@ def rms_norm_row_backward_kernel(
     tl.store(partial_ptr + pid * cols + offs, dw, mask=mask)
 
 
-def warps_for(block):
-    """~16 elements per thread up to 32 warps (the tile sizes num_warps, as in the tutorial)."""
-    return 4 if block <= 2048 else 8 if block <= 8192 else 16 if block <= 16384 else 32
-
-
-def check_cols(cols):
-    if cols > MAX_COLS:
-        raise ValueError(f"rms_norm step 1 holds a row in one tile: cols <= {MAX_COLS}, got {cols}")
-
-
 def launch(x, weight, y, rstd, eps):
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    check_cols(cols)
+    check_cols(cols, "rms_norm step 1")
     block = triton.next_power_of_2(cols)
     wrap_triton(rms_norm_row_kernel)[(rows,)](x, weight, y, rstd, cols, x.stride(0), eps, BLOCK=block,
                                               num_warps=warps_for(block))
@@ -123,7 +112,7 @@ def launch_backward(x, weight, rstd, dy, dx, dweight):
     if rows == 0:
         dweight.zero_()  # a sum over no rows
         return
-    check_cols(cols)
+    check_cols(cols, "rms_norm step 1")
     block = triton.next_power_of_2(cols)
     groups = min(rows, PROGRAMS_PER_SM * sm_count(x.device))
     rows_per_program = triton.cdiv(rows, groups)

@@ -24,9 +24,6 @@ Limits:   cols <= 65536, as step 1. ptxas -v, sm_90a, bf16: configs are capped a
           32 warps remain, and the backward spills ~100-150 B at 16,384, ~2 KB at 65,536. The
           first call for each (cols, dtype) runs the autotuner.
 Max:      cols <= 65536
-Hazard:   under torch.compile its backward's dweight comes back wrong (0 where eager gives the
-          sum; the GPU tests' compile and opcheck cases): Inductor loses the partials between its
-          two launches. Eager calls are right; step=None passes it over until that is fixed.
 Layout:   rows
 Mirrors:  CUDA step 2 (row in registers, per-block dweight partials + second pass), with
           several rows per program
@@ -37,24 +34,10 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import sm_count, tuned
-from rosetta.triton_kernels.norm_common import empty_partials, programs, sum_partials
+from rosetta.triton_kernels.common import sm_count
+from rosetta.triton_kernels.norm_common import check_cols, configs_for, empty_partials, programs, sum_partials
 
-MAX_COLS = 65536
 BACKWARD_PROGRAMS_PER_SM = 2  # G = 2 x SMs: one dweight partial row per program
-TILES = (2048, 4096, 8192, 16384)  # elements per tile the autotuner tries
-ELEMENTS_PER_THREAD = (8, 16)  # per tensor: fewer leaves loads too short; 32 spills backward (ptxas -v)
-
-
-def configs_for(block):
-    """Configs (ROWS, WARPS) for rows of next_power_of_2 = block: every tile in TILES that holds at
-    least one row, at 8-16 elements per thread; a row past the largest tile gets 32 warps."""
-    lo, hi = ELEMENTS_PER_THREAD
-    pairs = [(tile // block, warps) for tile in TILES if tile >= block for warps in (4, 8, 16, 32)
-             if lo <= tile // (32 * warps) <= hi]
-    pairs = pairs or [(1, 32)]
-    configs = [triton.Config({"ROWS": rows, "WARPS": warps}, num_warps=warps) for rows, warps in pairs]
-    return tuned(configs, configs[0])
 
 
 @triton.jit
@@ -141,16 +124,11 @@ def backward_kernel(block):
     return triton.autotune(configs=configs_for(block), key=["cols"])(rms_norm_tile_backward_kernel)
 
 
-def check_cols(cols):
-    if cols > MAX_COLS:
-        raise ValueError(f"rms_norm step 2 holds a row in one tile: cols <= {MAX_COLS}, got {cols}")
-
-
 def launch(x, weight, y, rstd, eps):
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    check_cols(cols)
+    check_cols(cols, "rms_norm step 2")
     block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
 
     def grid(meta):
@@ -168,7 +146,7 @@ def launch_backward(x, weight, rstd, dy, dx, dweight):
     if rows == 0:
         dweight.zero_()  # a sum over no rows
         return
-    check_cols(cols)
+    check_cols(cols, "rms_norm step 2")
     block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
     # Fixed before the autotuner picks ROWS: the partials are allocated for this grid.
     groups = min(rows, BACKWARD_PROGRAMS_PER_SM * sm_count(x.device))
