@@ -14,7 +14,7 @@ from .registry import (BACKENDS, OPS, Decision, Header, RegistryError, Variant, 
 
 __all__ = ["OPS", "BACKENDS", "Variant", "Header", "RegistryError", "Decision", "variants", "best", "decide",
            "explain", "ops_with_steps", "vector_add", "reduce_sum", "softmax", "matmul", "rms_norm", "layer_norm",
-           "dropout"]
+           "dropout", "linear_gelu", "attention"]
 
 
 def vector_add(x, y, *, backend="triton", step=None):
@@ -59,3 +59,18 @@ def dropout(x, p=0.1, *, seed=None, offset=0, backend="triton", step=None):
     if seed is None:
         seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
     return call("dropout", backend, step, (x,), (float(p), int(seed), int(offset)))
+
+
+def linear_gelu(a, weight, bias, *, backend="triton", step=None):
+    """gelu(a @ weight + bias) with the tanh GELU: a (M, K), weight (K, N) (an nn.Linear weight W
+    of (N, K) is W.t()), bias (N,); bf16/fp16, fp32 accumulation; differentiable (a, weight, bias:
+    the backward recomputes a @ weight instead of keeping it)."""
+    return call("linear_gelu", backend, step, (a, weight, bias))
+
+
+def attention(q, k, v, *, causal=False, scale=None, backend="triton", step=None):
+    """softmax(scale * q k^T) v per batch and head: q (B, H, Sq, D), k and v (B, H, Sk, D), head_dim
+    64 or 128, bf16/fp16. causal masks key j for query i when j > i (top-left, as
+    F.scaled_dot_product_attention); scale=None is 1/sqrt(head_dim). Differentiable (q, k, v)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return call("attention", backend, step, (q, k, v), (int(bool(causal)), float(scale)))

@@ -18,7 +18,7 @@
 
 namespace rosetta_binding {
 
-enum class Layout : int { contiguous = 0, rows = 1, rows_or_cols = 2, any = 3 };  // ops/spec.py LAYOUTS
+enum class Layout : int { contiguous = 0, rows = 1, rows_or_cols = 2, tma = 3, any = 4 };  // ops/spec.py LAYOUTS
 
 class Call {
  public:
@@ -49,9 +49,14 @@ class Call {
   bool fits(const at::Tensor& t) const {
     if (layout_ == Layout::any || t.numel() <= 1) return true;
     if (layout_ == Layout::rows) return t.dim() == 0 || t.stride(-1) == 1 || t.size(-1) == 1;
-    if (layout_ == Layout::rows_or_cols) {
+    if (layout_ == Layout::rows_or_cols || layout_ == Layout::tma) {
+      if (t.dim() < 2) return t.stride(-1) == 1;
       const int64_t rows = t.size(-2), cols = t.size(-1);
-      return (t.stride(-1) == 1 && t.stride(-2) >= cols) || (t.stride(-2) == 1 && t.stride(-1) >= rows);
+      const bool row_major = t.stride(-1) == 1 && t.stride(-2) >= cols;
+      if (!row_major && !(t.stride(-2) == 1 && t.stride(-1) >= rows)) return false;
+      const int64_t pitch_bytes = (row_major ? t.stride(-2) : t.stride(-1)) * t.element_size();
+      const auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
+      return layout_ == Layout::rows_or_cols || (pitch_bytes % 16 == 0 && start % 16 == 0);
     }
     return t.is_contiguous();
   }

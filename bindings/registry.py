@@ -34,10 +34,11 @@ class Variant(Step):
         self.launcher(direction, inputs, out)[0]()
         return out
 
-    def launcher(self, direction: str, inputs: tuple, out, **overrides):
+    def launcher(self, direction: str, inputs: tuple, out, params: tuple | None = None, **overrides):
         """(launch, copied): checks and layout copies now, then launch() runs only the kernel.
-        `overrides`: keyword arguments for a Triton step's launch() (a bench ablation tier)."""
-        return dispatch.launcher(self, direction, inputs, out, **overrides)
+        `params`: the op's non-tensor arguments, else its defaults. `overrides`: keyword arguments
+        for a Triton step's launch() (a bench ablation tier)."""
+        return dispatch.launcher(self, direction, inputs, out, params, **overrides)
 
 
 _REGISTRY: tuple[Variant, ...] | None = None

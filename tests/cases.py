@@ -1,6 +1,8 @@
 """Test inputs for every op, from its spec (the shapes, each with its reason, live in
 bindings/ops/<op>.py): fresh random data per call, never zeros."""
 
+import torch
+
 from rosetta.ops import SPECS
 
 # >= 2^31 elements (64-bit offsets); 16-bit dtypes keep each tensor at 4 GiB.
@@ -29,8 +31,23 @@ def strided_cases(op, dtype, device, gen):
     d = spec.forward
     big = str(device).startswith("cuda")  # the interpreter runs program by program: keep it small
     shape = {"vector_add": (999, 1001) if big else (33, 41), "reduce_sum": (999, 1001) if big else (33, 41),
-             "matmul": (67, 129, 35) if big else (9, 17, 5)}.get(op, (37, 1001) if big else (5, 41))
-    if op == "matmul":
+             "matmul": (67, 129, 35) if big else (9, 17, 5), "linear_gelu": (67, 136, 40) if big else (9, 16, 8),
+             "attention": (2, 3, 77, 65, 64) if big else (1, 2, 9, 7, 64)}.get(op, (37, 1001) if big else (5, 41))
+    if op == "linear_gelu":
+        m, k, n = shape
+        a, w, b = d.make_inputs((m, 2 * k, 2 * n), dtype, device, gen)
+        cases = [("every other column", (a[:, ::2], w[::2, ::2], b[::2]))]
+        a, w = d.make_inputs((k, m, n), dtype, device, gen)[0], d.make_inputs((m, n, k), dtype, device, gen)[1]
+        cases.append(("a.t() and weight.t() (nn.Linear's (N, K) weight)", (a.t(), w.t(), b[::2].contiguous())))
+        a, w, b = d.make_inputs((m, k + 1, n + 1), dtype, device, gen)
+        cases.append(("one element in", (a[:, 1:], w[1:, 1:], b[1:])))
+    elif op == "attention":
+        bsz, h, sq, sk, dim = shape
+        q, k, v = (torch.randn((bsz, s_, h, dim), generator=gen, device=device).to(dtype) for s_ in (sq, sk, sk))
+        cases = [("(B, S, H, D) storage, heads transposed in", tuple(t.transpose(1, 2) for t in (q, k, v)))]
+        q, k, v = d.make_inputs((bsz, h, sq, sk, 2 * dim), dtype, device, gen)
+        cases.append(("every other head_dim half: rows 2 D apart", (q[..., :dim], k[..., :dim], v[..., :dim])))
+    elif op == "matmul":
         m, k, n = shape
         wa, wb = d.make_inputs((m, 2 * k, 2 * n), dtype, device, gen)
         cases = [("every other column", (wa[:, ::2], wb[::2, ::2]))]

@@ -26,7 +26,8 @@ def test_every_step_file_is_registered():
 
 
 def test_ops_and_order():
-    assert rosetta.OPS == ("vector_add", "reduce_sum", "softmax", "matmul", "rms_norm", "layer_norm", "dropout")
+    assert rosetta.OPS == ("vector_add", "reduce_sum", "softmax", "matmul", "rms_norm", "layer_norm", "dropout",
+                           "linear_gelu", "attention")
     keys = [(rosetta.OPS.index(v.op), rosetta.BACKENDS.index(v.backend), v.step) for v in rosetta.variants()]
     assert keys == sorted(keys)
 

@@ -62,14 +62,21 @@ class Tier:
             return direction == "forward"
         if self.backend in PEERS:
             return peers.takes(self.backend, self.op, direction)
+        d = SPECS[self.op].directions()[direction]
         if self.name == "unfused":
-            return SPECS[self.op].directions()[direction].torch_unfused is not None
+            return d.torch_unfused is not None
+        if self.name not in TORCH_TIERS:  # a spec's own tier or baseline
+            return self.name in d.more_tiers or self.name in d.baselines
         return True
+
+    def is_baseline(self, direction: str) -> bool:
+        return self.backend == "torch" and self.name in SPECS[self.op].directions()[direction].baselines
 
 
 def tiers(op: str) -> list[Tier]:
     spec = SPECS[op]
-    torch_tiers = [Tier(op, name) for name in TORCH_TIERS]
+    own = dict.fromkeys(name for d in spec.directions().values() for name in (*d.more_tiers, *d.baselines))
+    torch_tiers = [Tier(op, name) for name in (*TORCH_TIERS, *own)]
     return ([t for t in torch_tiers if any(t.takes(d) for d in spec.directions())]
             + [Tier(op, LIBRARY_TIERS[lib], backend=lib) for lib in spec.tiers]
             + [Tier(op, op, backend=peer) for peer in spec.peers]
@@ -91,14 +98,15 @@ def compiled(op: str, direction: str):
     return _compiled[op, direction]
 
 
-def runner(subject, direction: str, inputs: tuple, out):
+def runner(subject, direction: str, inputs: tuple, out, shape=None):
     """(fn, copied): fn() runs `subject` once and returns its output; copied names the inputs the
     step's layout made the dispatcher copy (before any timing). Steps, ablations and the eager,
     unfused and library tiers write into the preallocated `out` (unfused allocates its temporaries:
     that is its point); torch.compile and peers allocate their own."""
     d = SPECS[subject.op].directions()[direction]
+    extra = d.extra_args(shape) if shape is not None else ()
     if not isinstance(subject, Tier):
-        launch, copied = subject.launcher(direction, inputs, out)
+        launch, copied = subject.launcher(direction, inputs, out, params=d.params_for(shape) if shape else None)
         return (lambda: (launch(), out)[1]), copied
     if subject.ablation:  # the step's own launch, one keyword changed
         a = subject.ablation
@@ -111,12 +119,12 @@ def runner(subject, direction: str, inputs: tuple, out):
         return (lambda: (op(*inputs, out), out)[1]), []
     if subject.backend in PEERS:
         return peers.runner(subject.backend, subject.op, direction, inputs), []
-    if subject.name in ("eager", "unfused"):  # writes into out, or (no out= variant) returns its own
-        fn = d.torch_eager if subject.name == "eager" else d.torch_unfused
+    if subject.name != "compile":  # into out, or (no out= variant) a result of its own
+        fn = {"eager": d.torch_eager, "unfused": d.torch_unfused, **d.more_tiers, **d.baselines}[subject.name]
 
         def run():
-            result = fn(*inputs, out)
+            result = fn(*inputs, out, *extra)
             return out if result is None else result
         return run, []
     fn = compiled(subject.op, direction)
-    return (lambda: fn(*inputs)), []
+    return (lambda: fn(*inputs, *extra)), []

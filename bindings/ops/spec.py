@@ -15,8 +15,11 @@ Shape = tuple[int, ...]
 ALL_FLOAT = (torch.float32, torch.float16, torch.bfloat16)
 # What a step's `Layout:` header line may say: contiguous; rows (unit last stride, any row stride);
 # rows_or_cols (a 2-D row- or column-major matrix with any leading dimension: what a TMA tensor
-# map describes); any (every stride the kernel's pointer arithmetic takes, even 0).
-LAYOUTS = ("contiguous", "rows", "rows_or_cols", "any")
+# map describes); tma (rows_or_cols whose other stride and start are 16-byte aligned: what a TMA
+# tensor map can be made of, so the dispatcher copies any other matrix into 16-byte rows); any
+# (every stride the kernel's pointer arithmetic takes, even 0). A 1-D tensor fits the row layouts
+# when its one stride is 1.
+LAYOUTS = ("contiguous", "rows", "rows_or_cols", "tma", "any")
 ERROR_BLOCK_ELEMENTS = 2**24  # elements per block of rows when the error is measured in blocks
 
 
@@ -43,9 +46,15 @@ def fits_layout(t: torch.Tensor, layout: str) -> bool:
         return True
     if layout == "rows":
         return t.dim() == 0 or t.stride(-1) == 1 or t.shape[-1] == 1
-    if layout == "rows_or_cols":
+    if layout in ("rows_or_cols", "tma") and t.dim() < 2:
+        return t.stride(-1) == 1
+    if layout in ("rows_or_cols", "tma"):
         rows, cols = t.shape[-2:]
-        return (t.stride(-1) == 1 and t.stride(-2) >= cols) or (t.stride(-2) == 1 and t.stride(-1) >= rows)
+        row_major = t.stride(-1) == 1 and t.stride(-2) >= cols
+        if not (row_major or (t.stride(-2) == 1 and t.stride(-1) >= rows)):
+            return False
+        pitch = t.stride(-2) if row_major else t.stride(-1)
+        return layout == "rows_or_cols" or ((pitch * t.element_size()) % 16 == 0 and address(t) % 16 == 0)
     return t.is_contiguous()
 
 
@@ -53,7 +62,7 @@ def layout_copy(t: torch.Tensor, layout: str) -> torch.Tensor:
     """The copy a step gets of an input that breaks its layout: contiguous, except that for the
     row layouts the rows start on 16-byte boundaries (the pitch rounded up to 16 bytes), which is
     what 128-bit vector loads and TMA tensor maps need: the copy never turns a fast path away."""
-    if t.dim() < 2 or layout not in ("rows", "rows_or_cols"):
+    if t.dim() < 2 or layout not in ("rows", "rows_or_cols", "tma"):
         return t.contiguous()
     per = max(16 // t.element_size(), 1)
     cols = t.shape[-1]
@@ -118,6 +127,25 @@ class Direction:
     # reference element for element (dropout: torch's own generator draws another mask). None:
     # tiers are judged like steps.
     tier_error: Callable | None = None
+    # More reference tiers of this direction, by name: (*inputs, out) -> result, e.g. SDPA with each
+    # of its backends forced. Judged like the eager tier.
+    more_tiers: dict = field(default_factory=dict)
+    # Timed beside the op but not judged, because they compute only part of it: e.g. the bare GEMM
+    # under linear_gelu, the time its fused epilogue is measured against. Same signature.
+    baselines: dict = field(default_factory=dict)
+    # (shape) -> the params a bench shape runs with, where a shape names a case the params decide
+    # (attention's causal flag as a 6th entry). None: the defaults. The tiers and the reference
+    # get these params after their tensors (and the out of the tiers).
+    shape_params: Callable | None = None
+
+    def params_for(self, shape) -> tuple:
+        """The params the bench runs `shape` with (its tiers and reference get them too)."""
+        return tuple(self.shape_params(shape)) if self.shape_params else self.defaults
+
+    def extra_args(self, shape) -> tuple:
+        """What the tiers and the reference get after their tensors at `shape`: the shape's params
+        where the spec derives them from the shape, else nothing (their own defaults)."""
+        return self.params_for(shape) if self.shape_params else ()
 
     @property
     def defaults(self) -> tuple:

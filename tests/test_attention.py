@@ -1,0 +1,82 @@
+"""attention beyond the defaults the generic tests run (non-causal, scale 1/8): every step with
+causal masking (Sq = Sk, Sq < Sk, Sq > Sk) and another scale, forward and backward against fp64;
+the public call (scale=None is 1/sqrt(head_dim)) against F.scaled_dot_product_attention and
+through autograd. Triton steps also run here under the interpreter on CPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import rosetta
+from helpers import GPU
+from rosetta.dispatch import fits
+from rosetta.ops import SPECS
+from rosetta.ops.attention import make_inputs, reference
+
+SPEC = SPECS["attention"]
+STEPS = rosetta.variants("attention")
+# (B, H, Sq, Sk, D): square, fewer queries than keys, more queries than keys; ragged everywhere
+GPU_SHAPES = ((1, 2, 129, 129, 64), (2, 1, 65, 300, 128), (1, 2, 300, 70, 64))
+CPU_SHAPES = ((1, 1, 9, 9, 64), (1, 1, 5, 12, 64), (1, 1, 12, 5, 128))
+SCALE = 0.3
+
+
+def check(v, shape, dtype, device, gen, causal):
+    inputs = make_inputs(shape, dtype, device, gen)
+    if not fits(v, inputs):
+        pytest.skip(f"{v.label} declares it does not take {shape}")
+    params = (causal, SCALE)
+    out = v(*inputs, params=params)
+    ref = reference(*inputs, *params)
+    tol = SPEC.forward.tolerance[dtype]
+    for name, (err, *_rest) in SPEC.forward.output_errors(out, ref, inputs):
+        assert err <= tol, f"{v.label} causal={causal} {shape}: {name} error {err:.3g} > {tol}"
+    dout = torch.randn(out[0].shape, generator=gen, device=device).to(dtype)
+    back = (*inputs, out[0], out[1], dout)
+    grads = v.backward(*back, params=params)
+    ref_grads = SPEC.backward.reference(*back, *params)
+    for name, (err, *_rest) in SPEC.backward.output_errors(grads, ref_grads, back):
+        assert err <= tol, f"{v.label} causal={causal} {shape}: {name} error {err:.3g} > {tol}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", (0, 1))
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+@pytest.mark.parametrize("v", STEPS, ids=lambda v: v.label)
+def test_step_causal_and_scale(gen, v, dtype, causal):
+    for shape in GPU_SHAPES:
+        check(v, shape, dtype, GPU, gen, causal)
+
+
+@pytest.mark.parametrize("causal", (0, 1))
+@pytest.mark.parametrize("v", [v for v in STEPS if v.backend == "triton"], ids=lambda v: v.label)
+def test_triton_step_causal_on_cpu(interpreter, cpu_gen, v, causal):
+    for shape in CPU_SHAPES:
+        check(v, shape, torch.float16, "cpu", cpu_gen, causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", rosetta.BACKENDS)
+@pytest.mark.parametrize("causal", (False, True))
+def test_public_call_matches_sdpa_and_autograd(gen, backend, causal):
+    q, k, v = (t.requires_grad_() for t in make_inputs((2, 4, 200, 200, 128), torch.bfloat16, GPU, gen))
+    out = rosetta.attention(q, k, v, causal=causal, backend=backend)
+    leaves = tuple(t.detach().clone().requires_grad_() for t in (q, k, v))
+    expected = F.scaled_dot_product_attention(*(t.float() for t in leaves), is_causal=causal)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    expected.backward(dout.float())
+    for ours, theirs in zip((q, k, v), leaves):
+        torch.testing.assert_close(ours.grad.float(), theirs.grad.float(), atol=5e-2, rtol=5e-2)
+
+
+def test_bad_shapes_are_refused_with_what_to_do():
+    q = torch.empty(1, 2, 3, 96)
+    with pytest.raises(ValueError, match="head_dim must be one of"):
+        rosetta.attention(q, q, q)
+    with pytest.raises(ValueError, match="4-D"):
+        rosetta.attention(q[0], q[0], q[0])
+    k = torch.empty(1, 2, 0, 64)
+    with pytest.raises(ValueError, match="at least one key"):
+        rosetta.attention(torch.empty(1, 2, 3, 64), k, k)
