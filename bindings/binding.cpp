@@ -54,9 +54,13 @@ class Call {
       const int64_t rows = t.size(-2), cols = t.size(-1);
       const bool row_major = t.stride(-1) == 1 && t.stride(-2) >= cols;
       if (!row_major && !(t.stride(-2) == 1 && t.stride(-1) >= rows)) return false;
-      const int64_t pitch_bytes = (row_major ? t.stride(-2) : t.stride(-1)) * t.element_size();
-      const auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
-      return layout_ == Layout::rows_or_cols || (pitch_bytes % 16 == 0 && start % 16 == 0);
+      if (layout_ == Layout::rows_or_cols) return true;
+      // tma: the pitch and every outer stride (batch, heads) whole 16-byte units, the start too
+      const int64_t pitch = row_major ? t.stride(-2) : t.stride(-1);
+      const auto whole = [&](int64_t stride) { return stride > 0 && (stride * t.element_size()) % 16 == 0; };
+      bool ok = whole(pitch) && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+      for (int64_t d = 0; d + 2 < t.dim(); ++d) ok = ok && (t.size(d) <= 1 || whole(t.stride(d)));
+      return ok;
     }
     return t.is_contiguous();
   }

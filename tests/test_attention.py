@@ -1,5 +1,6 @@
-"""attention beyond the defaults the generic tests run (non-causal, scale 1/8): every step with
-causal masking (Sq = Sk, Sq < Sk, Sq > Sk) and another scale, forward and backward against fp64;
+"""attention beyond the defaults the generic tests run (non-causal): every step with causal
+masking (Sq = Sk, Sq < Sk, Sq > Sk), forward and backward against fp64 (at the spec's scale, which
+the backward's yardsticks assume; the public call's tests take other scales);
 the public call (scale=None is 1/sqrt(head_dim)) against F.scaled_dot_product_attention and
 through autograd. Triton steps also run here under the interpreter on CPU."""
 import pytest
@@ -10,14 +11,13 @@ import rosetta
 from helpers import GPU
 from rosetta.dispatch import fits
 from rosetta.ops import SPECS
-from rosetta.ops.attention import make_inputs, reference
+from rosetta.ops.attention import SCALE, make_inputs, reference
 
 SPEC = SPECS["attention"]
 STEPS = rosetta.variants("attention")
 # (B, H, Sq, Sk, D): square, fewer queries than keys, more queries than keys; ragged everywhere
 GPU_SHAPES = ((1, 2, 129, 129, 64), (2, 1, 65, 300, 128), (1, 2, 300, 70, 64))
 CPU_SHAPES = ((1, 1, 9, 9, 64), (1, 1, 5, 12, 64), (1, 1, 12, 5, 128))
-SCALE = 0.3
 
 
 def check(v, shape, dtype, device, gen, causal):
@@ -72,11 +72,13 @@ def test_public_call_matches_sdpa_and_autograd(gen, backend, causal):
 
 
 def test_bad_shapes_are_refused_with_what_to_do():
-    q = torch.empty(1, 2, 3, 96)
+    q = torch.empty(1, 2, 3, 96, dtype=torch.float16)
     with pytest.raises(ValueError, match="head_dim must be one of"):
         rosetta.attention(q, q, q)
     with pytest.raises(ValueError, match="4-D"):
         rosetta.attention(q[0], q[0], q[0])
-    k = torch.empty(1, 2, 0, 64)
+    k = torch.empty(1, 2, 0, 64, dtype=torch.float16)
     with pytest.raises(ValueError, match="at least one key"):
-        rosetta.attention(torch.empty(1, 2, 3, 64), k, k)
+        rosetta.attention(torch.empty(1, 2, 3, 64, dtype=torch.float16), k, k)
+    with pytest.raises(ValueError, match="float16"):
+        rosetta.attention(*(torch.empty(1, 2, 3, 64),) * 3)

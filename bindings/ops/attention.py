@@ -247,7 +247,6 @@ def sdpa_backward(backend):
 HEADLINES = (
     Headline((4, 16, 4096, 4096, 128), HALF),
     Headline((4, 16, 4096, 4096, 128, 1), (torch.bfloat16,), "causal"),
-    Headline((1, 16, 16384, 16384, 128), (torch.bfloat16,), "one 16k sequence"),
     Headline((1, 16, 16384, 16384, 128, 1), (torch.bfloat16,), "one 16k sequence, causal"),
     Headline((4, 32, 4096, 4096, 64), (torch.bfloat16,), "head_dim 64"),
     Headline((32, 16, 512, 512, 128), (torch.bfloat16,), "short sequences: 512 tokens"),
@@ -326,6 +325,7 @@ SPEC = OpSpec(
         (1, 1, 20, 7, 128),
     ),
     suite=SUITE,
+    slow_call_ms=60.0,  # the CUDA-core steps take ~0.1-1 s a call at 16k: timed at the shorter sequences
     problem=lambda q, k, v, *rest: (q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3]),
     bounds={"head_dim": lambda q, *rest: q.shape[-1], "seq_k": lambda q, k, *rest: k.shape[2]},
 )

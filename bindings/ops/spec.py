@@ -15,8 +15,9 @@ Shape = tuple[int, ...]
 ALL_FLOAT = (torch.float32, torch.float16, torch.bfloat16)
 # What a step's `Layout:` header line may say: contiguous; rows (unit last stride, any row stride);
 # rows_or_cols (a 2-D row- or column-major matrix with any leading dimension: what a TMA tensor
-# map describes); tma (rows_or_cols whose other stride and start are 16-byte aligned: what a TMA
-# tensor map can be made of, so the dispatcher copies any other matrix into 16-byte rows); any
+# map describes); tma (rows_or_cols whose other strides, outer dimensions' included, and start are
+# 16-byte aligned: what a TMA tensor map can be made of, so the dispatcher copies any other tensor
+# into 16-byte rows); any
 # (every stride the kernel's pointer arithmetic takes, even 0). A 1-D tensor fits the row layouts
 # when its one stride is 1.
 LAYOUTS = ("contiguous", "rows", "rows_or_cols", "tma", "any")
@@ -53,8 +54,12 @@ def fits_layout(t: torch.Tensor, layout: str) -> bool:
         row_major = t.stride(-1) == 1 and t.stride(-2) >= cols
         if not (row_major or (t.stride(-2) == 1 and t.stride(-1) >= rows)):
             return False
+        if layout == "rows_or_cols":
+            return True
+        # tma: the pitch and every outer stride (batch, heads) whole 16-byte units, the start too
         pitch = t.stride(-2) if row_major else t.stride(-1)
-        return layout == "rows_or_cols" or ((pitch * t.element_size()) % 16 == 0 and address(t) % 16 == 0)
+        outer = [st for st, n in zip(t.stride()[:-2], t.shape[:-2]) if n > 1]
+        return all(st > 0 and (st * t.element_size()) % 16 == 0 for st in (pitch, *outer)) and address(t) % 16 == 0
     return t.is_contiguous()
 
 
