@@ -29,12 +29,15 @@ def sizes(big: bool):
 def cases(draw, op: str, dtypes, big: bool):
     """(shape, dtype, layout, special) for one op."""
     n = sizes(big)
-    if op == "matmul":
+    if op in ("matmul", "linear_gelu"):
         shape = (draw(n), draw(n), draw(n))
         if big and shape[0] * shape[1] * shape[2] > 2**30:
             shape = (shape[0], min(shape[1], 129), shape[2])
     elif op == "softmax":
         shape = (draw(n), max(1, draw(n)))
+    elif op == "attention":  # (B, H, Sq, Sk, D): few heads, any sequence lengths, a head_dim it takes
+        seq = st.sampled_from([1, 2, 7, 17, 64, 65] + ([127, 1000] if big else []))
+        shape = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(seq), draw(seq), draw(st.sampled_from((64, 128))))
     else:
         shape = (draw(n),) if draw(st.booleans()) else (draw(n), draw(n))
     dtype = draw(st.sampled_from(dtypes))

@@ -136,8 +136,19 @@ def flash(q, k, v, causal=0, scale=SCALE):
     return out, lse
 
 
+UNFUSED_MAX_SCORES = 2**30  # 4 GiB of fp32 scores: the unfused tiers hold S and exp(S) at once
+
+
+def check_unfused(q, k):
+    scores = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
+    if scores > UNFUSED_MAX_SCORES:
+        raise ValueError(f"the unfused formula materializes {scores:,} fp32 scores (S and P, {8 * scores / 2**30:.0f} GiB); "
+                         f"measured up to {UNFUSED_MAX_SCORES:,}")
+
+
 def unfused(q, k, v, causal=0, scale=SCALE):
     """The formula as torch ops: S materialized, softmax, P V; with lse for the backward."""
+    check_unfused(q, k)
     s = (q.float() @ k.float().transpose(-1, -2)) * scale
     if causal:
         s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)
@@ -146,6 +157,7 @@ def unfused(q, k, v, causal=0, scale=SCALE):
 
 
 def unfused_backward(q, k, v, out, lse, dout, causal=0, scale=SCALE):
+    check_unfused(q, k)
     s = (q.float() @ k.float().transpose(-1, -2)) * scale
     if causal:
         s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)

@@ -209,6 +209,7 @@ SPEC = OpSpec(
         (0, 16, 8),  # M = 0
     ),
     problem=lambda a, w, *rest: (a.shape[0], a.shape[1], w.shape[1]),
+    bounds={"k": lambda a, *rest: a.shape[1]},  # the inner dimension: a fused epilogue needs a GEMM
     suite=SUITE,
     input_layouts={k: (lambda f: lambda a, w, b: (*f(a, w), b))(f) for k, f in INPUT_LAYOUTS.items()},
     layout_headlines=(Headline((4096, 4096, 4096), (torch.bfloat16,)),),

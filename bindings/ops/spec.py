@@ -72,8 +72,8 @@ def layout_copy(t: torch.Tensor, layout: str) -> torch.Tensor:
     per = max(16 // t.element_size(), 1)
     cols = t.shape[-1]
     pitch = -(-cols // per) * per
-    if pitch == cols:
-        return t.contiguous()
+    if pitch == cols:  # a fresh tensor: t may be contiguous yet start off 16 bytes (x[1:])
+        return t.clone(memory_format=torch.contiguous_format)
     return torch.empty((*t.shape[:-1], pitch), dtype=t.dtype, device=t.device)[..., :cols].copy_(t)
 
 

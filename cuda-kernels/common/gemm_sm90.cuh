@@ -1,11 +1,11 @@
-// The persistent, cluster-paired, warp-specialized wgmma GEMM of matmul step 13 (its header tells
-// the design: 2-CTA clusters multicasting B, a producer warpgroup feeding 4 TMA stages, 2 or 3
-// consumer warpgroups, a TMA-store epilogue through swizzled staging boxes), shared with
-// linear_gelu, whose steps fuse their epilogue math into it:
+// matmul step 13's persistent, cluster-paired, warp-specialized wgmma GEMM (the step's own file
+// keeps the kernel, where its story is read: 2-CTA clusters multicasting B, a producer warpgroup
+// feeding 4 TMA stages, 2 or 3 consumer warpgroups, a TMA-store epilogue through swizzled staging
+// boxes), here with one change: an epilogue policy, for linear_gelu's steps, which fuse their
+// math into it. run<T>(..., Identity{}) compiles to step 13's SASS (checked when this was made).
 //   Config, gemm_persistent, launch, run   the kernel, its launch, step 13's tile-shape pick
 //   Identity, TileInfo                      the epilogue policy: what a consumer warpgroup does
 //                                           to its fp32 accumulators before they are stored
-// Nothing here changes step 13: run<T>(..., Identity{}) is the kernel and launch it had.
 #pragma once
 
 #include "hopper.cuh"

@@ -22,10 +22,12 @@ Still:    the consumer warpgroups do their epilogues together, so the tensor cor
           values one column block at a time behind the mask branches, so a load's latency is
           paid 24-32 times a tile, whatever K (batching them spilled at 168 / 128 registers);
           dy wants TMA boxes into shared memory, loaded by the producer with the tile.
-Limits:   M, N, K < 2^31. Workspace (backward): M x N rounded up to 8 of T (dz) and
-          ceil(M / 64) x N fp32.
+Limits:   M, N, K < 2^31. K = 0 (z = bias: no GEMM to fuse into) is refused before launch
+          (`Min: k`); step 1 takes it. Workspace (backward): M x N rounded up to 8 of T (dz)
+          and ceil(M / 64) x N fp32.
 Dtypes:   bfloat16, float16
 Layout:   tma
+Min:      k >= 1
 */
 #include "gelu.cuh"
 
@@ -145,18 +147,13 @@ constexpr bool kThreeConsumers = true;
 
 cudaError_t linear_gelu_02_fused_epilogue(const rosetta::LinearGeluArgs& args, cudaStream_t stream) {
   const int64_t M = args.a.size[0], K = args.a.size[1], N = args.weight.size[1];
-  if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return cudaErrorInvalidValue;
+  if (M > INT_MAX || N > INT_MAX || K > INT_MAX || K == 0) return cudaErrorInvalidValue;  // K: Min: k
   if (M == 0 || N == 0) return cudaSuccess;
   cudaError_t status = cudaSuccess;
   const cudaError_t launched = rosetta::dispatch_dtype(args.a.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* const out = args.out.ptr<T>();
     const T* const bias = args.bias.ptr<const T>();
-    if (K == 0) {  // no GEMM to fuse into: gelu(bias) in every row, by step 1's pass over zeros
-      cudaMemsetAsync(out, 0, M * N * int64_t(sizeof(T)), stream);
-      status = gl::launch_bias_gelu(out, bias, M, N, stream);
-      return;
-    }
     status = gemm::run<T, kThreeConsumers>(args.a, args.weight, out, N, int(M), int(N), int(K), BiasGelu<T>{bias},
                                            stream);
   });
@@ -166,7 +163,7 @@ cudaError_t linear_gelu_02_fused_epilogue(const rosetta::LinearGeluArgs& args, c
 cudaError_t linear_gelu_02_fused_epilogue_backward(const rosetta::LinearGeluBackwardArgs& args,
                                                    cudaStream_t stream) {
   const int64_t M = args.a.size[0], K = args.a.size[1], N = args.weight.size[1];
-  if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return cudaErrorInvalidValue;
+  if (M > INT_MAX || N > INT_MAX || K > INT_MAX || K == 0) return cudaErrorInvalidValue;  // K: Min: k
   if (M == 0) {  // no rows: dweight and dbias are sums of nothing (da is empty)
     const cudaError_t e = nm::zero(args.dweight, stream);
     return e != cudaSuccess ? e : nm::zero(args.dbias, stream);
@@ -180,13 +177,7 @@ cudaError_t linear_gelu_02_fused_epilogue_backward(const rosetta::LinearGeluBack
     T* const dz = args.workspace.get<T>(M * ldz);
     int64_t parts = 0;
     float* partial = nullptr;
-    if (K == 0) {  // z = bias: step 1's pass over zeros
-      const gl::RowChunks plan = gl::plan_rows(M, N);
-      parts = plan.grid.y;
-      partial = args.workspace.get<float>(parts * N);
-      cudaMemsetAsync(dz, 0, M * ldz * int64_t(sizeof(T)), stream);
-      status = gl::launch_gelu_backward(plan, dz, ldz, args.dy, bias, partial, M, N, stream);
-    } else {
+    {
       parts = rosetta::ceil_div(M, 64);  // one partial row per consumer warpgroup's 64 rows
       partial = args.workspace.get<float>(parts * N);
       const rosetta::Tensor& dy = args.dy;
@@ -197,7 +188,6 @@ cudaError_t linear_gelu_02_fused_epilogue_backward(const rosetta::LinearGeluBack
     if (status != cudaSuccess) return;
     nm::reduce_partials<T, 1><<<nm::column_grid(N), nm::column_block(), 0, stream>>>(
         partial, parts, N, args.dbias.ptr<T>(), static_cast<T*>(nullptr));
-    if (K == 0) return;  // da (M x 0) and dweight (0 x N) are empty
     const rosetta::Tensor dz_view = gl::matrix(dz, args.a.dtype, M, N, ldz, 1);
     status = gemm::run<T>(dz_view, gl::transposed(args.weight), args.da.ptr<T>(), K, int(M), int(K), int(N),
                           gemm::Identity{}, stream);
