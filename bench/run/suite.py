@@ -147,7 +147,22 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     fastest = {}  # backend -> its quickest replay so far in this group (the suite's slow-step cut)
 
     def time_turn():
-        times = timing.measure_in_turns([launches for _, _, launches in turn], flush)
+        try:
+            times = timing.measure_in_turns([launches for _, _, launches in turn], flush)
+        except torch.OutOfMemoryError:  # the turn's outputs and temporaries together: one at a time
+            torch.cuda.empty_cache()
+            if len(turn) > 1:
+                waiting = turn[:]
+                turn.clear()
+                for entry in waiting:
+                    turn.append(entry)
+                    time_turn()
+                return
+            subject, row, _ = turn.pop()
+            row["status"] = "error: out of memory while timed"
+            progress.report(subject.label, group, row["status"], row["layout"])
+            torch.cuda.empty_cache()
+            return
         for (subject, row, _), t in zip(turn, times):
             row.update(status="ok", p50_ms=t["p50_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
                        timing=t["timing"], throughput=work / (t["p50_ms"] * 1e-3) / scale)

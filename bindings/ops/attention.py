@@ -321,7 +321,7 @@ SPEC = OpSpec(
     metric="TFLOP/s",
     ceiling="fp32_fma",  # per dtype: half types against the tensor-core peak
     headlines=HEADLINES,
-    sweep=tuple((16384 // s, 16, s, s, 128) for s in (512, 1024, 2048, 4096, 8192, 16384)),
+    sweep=tuple((16384 // s, 16, s, s, 128) for s in (512, 2048, 8192, 16384)),  # 16k tokens a batch
     sweep_dtype=torch.bfloat16,
     test_shapes=(
         (1, 1, 1, 1, 64),  # one query, one key
