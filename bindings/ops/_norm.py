@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .spec import Headline, Suite, dtype_label
+from .spec import Headline, Suite, as_is, dtype_label
 from .softmax import rows_view
 
 EPS = 1e-5  # torch's default for both F.layer_norm and nn.RMSNorm's usual configs
@@ -69,10 +69,6 @@ def problem(x, *rest):
 
 def flat(t):
     return t.view(-1)
-
-
-def as_is(t):
-    return t
 
 
 # The kernels' views: rows x cols for x, y, dy, dx (the spec's kernel_view); the weight, bias and

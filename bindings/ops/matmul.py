@@ -5,10 +5,9 @@ import math
 
 import torch
 
-from .spec import Direction, Headline, OpSpec, Suite, address, dtype_label, fits_layout, layout_copy
+from .spec import HALF, Direction, Headline, OpSpec, Suite, address, dtype_label, fits_layout, layout_copy
 
 FP32 = (torch.float32,)
-HALF = (torch.bfloat16, torch.float16)
 
 
 def check_shapes(label, a, b):

@@ -13,6 +13,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 Shape = tuple[int, ...]
 ALL_FLOAT = (torch.float32, torch.float16, torch.bfloat16)
+HALF = (torch.bfloat16, torch.float16)  # what tensor-core steps take
 # What a step's `Layout:` header line may say: contiguous; rows (unit last stride, any row stride);
 # rows_or_cols (a 2-D row- or column-major matrix with any leading dimension: what a TMA tensor
 # map describes); tma (rows_or_cols whose other strides, outer dimensions' included, and start are
@@ -35,6 +36,11 @@ def address(t: torch.Tensor) -> int:
         return t.storage_offset() * t.element_size() if is_fake(t) else t.data_ptr()
     except RuntimeError:  # another tracing wrapper (FunctionalTensor)
         return t.storage_offset() * t.element_size()
+
+
+def as_is(t: torch.Tensor) -> torch.Tensor:
+    """A kernel view that is the tensor itself (OpSpec.views: a norm's weight, attention's lse)."""
+    return t
 
 
 def dtype_label(dtype: torch.dtype) -> str:
