@@ -135,9 +135,9 @@ SASS_CLAIMS = [
         "UTMALDG.2D", "HGMMA.64x128x16.F32.BF16", "PREEXIT"} <= set(ops)),
     ("matmul/14_split_k.cu", "sum_slicesI13__nv_bfloat16E",
      lambda ops: {"ACQBULK", "LDG.E.128.CONSTANT", "STG.E.64"} <= set(ops)),
-    # linear_gelu step 2: "bias + GELU on the fp32 accumulators, before the only store" (GELU's exp2
+    # linear_gelu step 2: "bias + GELU on the fp32 accumulators, before the only store" (GELU's tanh
     # on the MUFU pipe, inside the wgmma kernel that stores by TMA)
-    ("linear_gelu/02_fused_epilogue.cu", "BiasGelu", lambda ops: {"MUFU.EX2", "UTMASTG.2D"} <= set(ops)
+    ("linear_gelu/02_fused_epilogue.cu", "BiasGelu", lambda ops: {"MUFU.TANH", "UTMASTG.2D"} <= set(ops)
      and any(o.startswith("HGMMA.64x") for o in ops)),
     # attention step 3: "mma.sync m16n8k16 ... ldmatrix ... cp.async" (zero-filled 16-byte copies)
     ("attention/03_mma_sync.cu", "attention_forwardI13__nv_bfloat16Li128", lambda ops: "HMMA.16816.F32.BF16" in ops

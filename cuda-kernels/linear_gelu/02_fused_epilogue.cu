@@ -11,10 +11,10 @@ Changed:  step 1's GEMM runs with an epilogue policy instead of the identity: ea
           warps added in order in the staging boxes) as one partial row of dbias; then
           reduce_partials and the two GEMMs of step 1. K = 0 takes step 1's pass on zeros.
 Why:      step 1's pass moved 2 x 2MN bytes. Here the epilogue adds ALU work only: per 128 x 256
-          tile 32K GELUs at 2 MUFU ops each, ~4K cycles (~2 us), against the tile's MMAs at
-          2 x 128 x 256 x K flop / ~7.5 TFLOP/s an SM: ~36 us at K = 4096, ~7 us at K = 768.
-          Development (H100, bf16, best of 20, no L2 flush): 4096^3 matmul step 13 175 us,
-          step 1 240, this 185; 2048 x 768 x 3072: 20, 49, 26 us.
+          tile 32K GELUs at one MUFU op each (the hardware tanh, tanh.approx.f32; with ex2 and a
+          reciprocal it took two and the measured epilogue cost 7% of 4096^3), ~2K cycles
+          (~1.2 us), against the tile's MMAs at 2 x 128 x 256 x K flop / ~7.5 TFLOP/s an SM:
+          ~36 us at K = 4096, ~7 us at K = 768. Predicted: ~1.03x the bare GEMM at 4096^3.
 Still:    the consumer warpgroups do their epilogues together, so the tensor cores idle during
           the GELU math and the stores (ping-pong consumers would overlap one's epilogue with
           the other's MMAs: the epilogue's share is largest where K is short). The backward is
