@@ -1,4 +1,5 @@
 """Every .cu compiles with plain nvcc for sm_90a (the flags torch's build uses) and spills nothing."""
+import fnmatch
 import re
 import shutil
 import subprocess
@@ -84,11 +85,11 @@ CUOBJDUMP = _cuobjdump()
 
 
 def sass_opcodes(cubin, kernel_substring):
-    """The opcode sequence of the first kernel whose mangled name contains kernel_substring, shapes
-    included (HGMMA.64x256x16.F32.BF16). Only that kernel is disassembled: softmax step 5's cubin holds ~100."""
+    """The opcode sequence of the first kernel whose mangled name contains kernel_substring (`*`
+    matches anything: "I13__nv_bfloat16*BiasGelu"), shapes included (HGMMA.64x256x16.F32.BF16). Only that kernel is disassembled: softmax step 5's cubin holds ~100."""
     symbols = subprocess.run([CUOBJDUMP, "--dump-elf-symbols", str(cubin)], capture_output=True, text=True).stdout
     names = [line.split()[-1] for line in symbols.splitlines() if "STO_ENTRY" in line]
-    name = next((n for n in names if kernel_substring in n), None)
+    name = next((n for n in names if fnmatch.fnmatchcase(n, f"*{kernel_substring}*")), None)
     if name is None:
         return []
     dump = subprocess.run([CUOBJDUMP, "--dump-sass", "--function", name, str(cubin)],
@@ -135,9 +136,9 @@ SASS_CLAIMS = [
         "UTMALDG.2D", "HGMMA.64x128x16.F32.BF16", "PREEXIT"} <= set(ops)),
     ("matmul/14_split_k.cu", "sum_slicesI13__nv_bfloat16E",
      lambda ops: {"ACQBULK", "LDG.E.128.CONSTANT", "STG.E.64"} <= set(ops)),
-    # linear_gelu step 2: "bias + GELU on the fp32 accumulators, before the only store" (GELU's tanh
-    # on the MUFU pipe, inside the wgmma kernel that stores by TMA)
-    ("linear_gelu/02_fused_epilogue.cu", "BiasGelu", lambda ops: {"MUFU.TANH", "UTMASTG.2D"} <= set(ops)
+    # linear_gelu step 2: "bias + GELU on the fp32 accumulators, before the only store" (bf16: GELU's
+    # hardware tanh on the MUFU pipe, inside the wgmma kernel that stores by TMA)
+    ("linear_gelu/02_fused_epilogue.cu", "I13__nv_bfloat16*BiasGelu", lambda ops: {"MUFU.TANH", "UTMASTG.2D"} <= set(ops)
      and any(o.startswith("HGMMA.64x") for o in ops)),
     # attention step 3: "mma.sync m16n8k16 ... ldmatrix ... cp.async" (zero-filled 16-byte copies)
     ("attention/03_mma_sync.cu", "attention_forwardI13__nv_bfloat16Li128", lambda ops: "HMMA.16816.F32.BF16" in ops

@@ -1,8 +1,10 @@
 // linear_gelu's pieces besides the GEMM (gemm_sm90.cuh), shared by its steps:
-//   gelu, gelu_grad               the tanh GELU (hardware tanh) and its derivative in fp32
+//   gelu, gelu_grad               the tanh GELU and its derivative in fp32
 //   matrix, transposed, padded_cols   Tensor views of the backward's operands (dz, a^T, weight^T)
 // dbias's partial rows are summed by norm.cuh's reduce_partials (a fixed order, no atomics).
 #pragma once
+
+#include <type_traits>
 
 #include "gemm_sm90.cuh"
 #include "norm.cuh"
@@ -20,19 +22,25 @@ __device__ __forceinline__ float sigmoid_2u(float z) {
   return __fdividef(1.0f, 1.0f + __expf(-2.0f * u));
 }
 
-// gelu(z) = 0.5 z (1 + tanh(u)) with the hardware tanh (tanh.approx.f32: one MUFU.TANH, absolute
-// error < 2^-10.9) and 4 FMA-pipe ops: half the MUFU work of sigmoid_2u (ex2 + rcp), which is what
-// bounds a fused epilogue (MUFU issues 16 a clock an SM against 128 FMAs). The error sits far
-// inside the yardstick, which carries z's accumulation error through gelu'.
+// gelu(z) = 0.5 z (1 + tanh(u)), rounded to T. bf16 keeps 8 bits: there the hardware tanh
+// (tanh.approx.f32: one MUFU.TANH, absolute error < 2^-10.9, under bf16's rounding) and 4
+// FMA-pipe ops, half the MUFU work of sigmoid_2u's ex2 + reciprocal, which is what bounds a fused
+// epilogue (MUFU issues 16 a clock an SM against 128 FMAs). fp16 keeps 11 bits, which that error
+// would exceed: it takes z * sigmoid_2u(z).
 __device__ __forceinline__ float tanh_approx(float x) {
   float y;
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+template <typename T>
 __device__ __forceinline__ float gelu(float z) {
-  const float u = z * fmaf(kSqrt2OverPi * kCubic, z * z, kSqrt2OverPi);
-  const float half_z = 0.5f * z;
-  return fmaf(half_z, tanh_approx(u), half_z);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const float u = z * fmaf(kSqrt2OverPi * kCubic, z * z, kSqrt2OverPi);
+    const float half_z = 0.5f * z;
+    return fmaf(half_z, tanh_approx(u), half_z);
+  } else {
+    return z * sigmoid_2u(z);
+  }
 }
 
 // gelu'(z) = 0.5 (1 + t) + 0.5 z (1 - t^2) u'(z), with 0.5 (1 + t) = s and 1 - t^2 = 4 s (1 - s):

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) bias_gelu_rows(T* __restrict__ out, 
     for (int r = 0; r < kBatch; ++r) {
       if (m + r >= m_end) continue;
 #pragma unroll
-      for (int e = 0; e < kCols; ++e) x[r][e] = gelu(x[r][e] + b[e]);
+      for (int e = 0; e < kCols; ++e) x[r][e] = gelu<T>(x[r][e] + b[e]);
       store8<T, kVec>(out + (m + r) * N + n, valid, x[r]);
     }
   }

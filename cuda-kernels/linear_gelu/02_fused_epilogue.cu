@@ -11,10 +11,11 @@ Changed:  step 1's GEMM runs with an epilogue policy instead of the identity: ea
           warps added in order in the staging boxes) as one partial row of dbias; then
           reduce_partials and the two GEMMs of step 1. K = 0 takes step 1's pass on zeros.
 Why:      step 1's pass moved 2 x 2MN bytes. Here the epilogue adds ALU work only: per 128 x 256
-          tile 32K GELUs at one MUFU op each (the hardware tanh, tanh.approx.f32; with ex2 and a
-          reciprocal it took two and the measured epilogue cost 7% of 4096^3), ~2K cycles
+          tile 32K GELUs at one MUFU op each in bf16 (the hardware tanh; fp16 needs the more
+          accurate ex2 + reciprocal, two, ~4K cycles: 7% of 4096^3 measured), ~2K cycles
           (~1.2 us), against the tile's MMAs at 2 x 128 x 256 x K flop / ~7.5 TFLOP/s an SM:
-          ~36 us at K = 4096, ~7 us at K = 768. Predicted: ~1.03x the bare GEMM at 4096^3.
+          ~36 us at K = 4096, ~7 us at K = 768. Predicted: bf16 ~1.03x the bare GEMM at 4096^3,
+          fp16 ~1.07x.
 Still:    the consumer warpgroups do their epilogues together, so the tensor cores idle during
           the GELU math and the stores (ping-pong consumers would overlap one's epilogue with
           the other's MMAs: the epilogue's share is largest where K is short). The backward is
@@ -67,8 +68,8 @@ struct BiasGelu {
       const float2 bc = *reinterpret_cast<const float2*>(b + 8 * c + 2 * (lane % 4));
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        d[4 * c + 2 * h] = gl::gelu(d[4 * c + 2 * h] + bc.x);
-        d[4 * c + 2 * h + 1] = gl::gelu(d[4 * c + 2 * h + 1] + bc.y);
+        d[4 * c + 2 * h] = gl::gelu<T>(d[4 * c + 2 * h] + bc.x);
+        d[4 * c + 2 * h + 1] = gl::gelu<T>(d[4 * c + 2 * h + 1] + bc.y);
       }
     }
   }

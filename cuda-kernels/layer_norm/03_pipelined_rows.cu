@@ -1,0 +1,335 @@
+/*
+Step 3 — rows pipelined through persistent blocks, one barrier a row, long rows across a cluster
+Changed:  rms_norm step 3's idea. (1) persistent groups: as many blocks as fit on the machine at
+          once, each walking its rows (forward: every gridDim-th; backward: a contiguous chunk),
+          the next row's 16-byte vectors loaded (kept packed, norm::Packed) before the current
+          row is reduced and stored: two rows in flight per group. (2) one barrier per row. The
+          forward's statistics stay two-pass but the first pass never leaves the warp: each
+          warp takes its own mean (shuffles), then the sum of squares about it (shuffles
+          again), and sends (count, sum, M2) to a slot; after the one barrier every warp merges
+          the slots exactly (Chan et al.: M2 = sum of M2_w + n_w (mean_w - mean)^2, no
+          subtraction of large terms) in a fixed order. The backward's two sums (of g and of
+          g * xhat) share one slot a warp. Two slot arrays alternate by row, so no second
+          barrier guards their reuse. (3) rows past 8,192 columns: a cluster of 2, 4 or 8 CTAs
+          of 512 x 16 values holds the row, CTA r the slice [8192 r, 8192 (r + 1)); each
+          warp's lane r st.async's the warp's slot into CTA r, completing bytes on CTA r's
+          transaction barrier, and the one barrier is each CTA's wait on its own. The backward
+          keeps dweight's and dbias's sums per thread across the chunk as in step 2, a cluster
+          writing one pair of partial rows.
+          (4) the partial rows are summed by a wider kernel (32 columns x 16 slices a block, 8
+          loads in flight a thread) launched as a programmatic dependent of the backward.
+Why:      step 2's forward waits through two block reductions (four barriers) a row with
+          nothing else in flight in its block: 2,430-2,485 GB/s where rms_norm's one reduction
+          reached ~3,000. Here one barrier, covered by the next row's loads (16-32 KB an SM in
+          flight; Little's law at ~3 TB/s and ~1 us wants ~23 KB). Forward (2n counted):
+          4096^2 ~2,900 (small: ramp-up and tail are ~1.5 us of ~11), 16384x8192, 32768x4096
+          and 4096x32768 ~2,980, fp32 4096^2 ~3,000. Backward (3n): 4096^2 ~2,600 (two partial
+          rows a block: 2 x 264 x 16 KB written and read, and the second kernel, ~2.5 us of
+          ~38), 16384x8192 and 32768x4096 ~2,850, 4096x32768 ~2,750, fp32 4096^2 ~2,750.
+Still:    one CTA per SM where a backward tile needs more than 64 registers a thread (512 x 16
+          tiles and the clusters, 256 x 16 at two): its barriers are covered by the next row
+          alone. fp32 tiles of 16 values run x alone ahead (x and dy both spill). dweight and
+          dbias still take a second kernel and a round trip of partial rows through L2.
+Limits:   rows past 65,536 elements (8 CTAs x 8,192) are refused before launch (`Max: cols`):
+          clusters of more than 8 CTAs need an opt-in and whole GPCs. Workspace (backward):
+          2 x groups x cols fp32, groups <= the CTAs (or clusters) resident at once.
+Layout:   rows
+Max:      cols <= 65536
+*/
+#include "norm_long.cuh"
+
+namespace {
+
+namespace nm = rosetta::norm;
+using nm::kWarpRows;
+using nm::Tile;
+using rosetta::aligned16;
+using rosetta::Vec16;
+using rosetta::warp_sum;
+
+// A group of kGroup threads per row: a warp (kGroup 32, kWarpRows rows a block) or the block;
+// a row of a cluster is kRanks such blocks.
+template <int kGroup> constexpr int kBlockThreads = kGroup == 32 ? 32 * kWarpRows : kGroup;
+// The forward's 16-bit block tiles on the whole-vector path are held to 64 registers (2 CTAs of
+// 512 or 4 of 256 an SM, two rows in flight each); unbound, ptxas took 72-79, one CTA of 512 an
+// SM. fp32 tiles and the element-wise path spill under that bound and stay unbound.
+template <typename T, int kGroup, bool kWhole>
+constexpr int kForwardMinBlocks = kGroup == 32 || !kWhole || sizeof(T) == 4 ? 1 : 1024 / kGroup;
+
+// Group g of block b takes rows b * kGroups + g, then every (groups x kGroups)-th; a cluster's
+// CTAs share rows and a CTA's columns start at rank x slice.
+template <typename T, int kGroup, int kElems, int kRanks, bool kWhole>
+__global__ void __launch_bounds__(kBlockThreads<kGroup>, kForwardMinBlocks<T, kGroup, kWhole>)
+layer_norm_rows(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, const T* __restrict__ b,
+                T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int64_t rows, int64_t cols,
+                float eps) {
+  constexpr int kGroups = kBlockThreads<kGroup> / kGroup, kWarps = kGroup / 32;
+  using Row = Tile<T, kGroup, kElems>;
+  using Next = nm::Packed<T, kGroup, kElems>;
+  __shared__ float4 inbox[2 * kWarps * kRanks];
+  __shared__ uint64_t bars[2];
+  const int rank = kRanks > 1 ? nm::cluster_rank() : 0;
+  const nm::Exchange<kWarps, kRanks, float4> xchg{inbox, bars, rank};
+  const int t = threadIdx.x % kGroup;
+  const int64_t start = int64_t(rank) * kGroup * kElems, n = cols - start;  // this CTA's slice
+  const T* xs = x + start;
+  const T* ws = w + start;
+  const T* bs = b + start;
+  T* ys = y + start;
+  const bool wvec = aligned16(w), bvec = aligned16(b);
+  // The warp's element count: the same every row (a warp of the row's end holds padding).
+  const float warp_count = warp_sum(nm::valid_count<Row>(t, n));
+  const int live = int(std::max<int64_t>(0, std::min<int64_t>(n, int64_t(kGroup) * kElems)));  // n, clamped to the slice
+  const int64_t step = int64_t(gridDim.x / kRanks) * kGroups;
+  int64_t row = int64_t(blockIdx.x / kRanks) * kGroups + threadIdx.x / kGroup;
+  xchg.open();
+  Next next;
+  if (row < rows) next.template load<kWhole>(xs + row * x_stride, n, t);
+  if constexpr (kRanks > 1) nm::cluster_wait();  // every peer has started: its slots exist
+  // kGroups == 1: the row is uniform over the block (and the cluster), so the barriers are safe.
+  for (unsigned it = 0; row < rows; row += step, ++it) {
+    Row r;
+    next.unpack(r);
+    if (row + step < rows) next.template load<kWhole>(xs + (row + step) * x_stride, n, t);  // in flight from here
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < Row::kVecs; ++i)
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k) s += r.v[i][k];  // padding: 0
+    const float warp_total = warp_sum(s);
+    const float warp_mean = warp_count > 0.0f ? warp_total / warp_count : 0.0f;
+    float q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < Row::kVecs; ++i)
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k) {
+        const float d = r.v[i][k] - warp_mean;
+        q += (i * kGroup + t) * Row::V + k < live ? d * d : 0.0f;  // padding is 0, not the mean: masked
+      }
+    const float warp_m2 = warp_sum(q);
+    float m, m2;
+    if constexpr (kGroup == 32) {
+      m = warp_mean;  // the warp is the row: warp_count == cols
+      m2 = warp_m2;
+    } else {
+      constexpr int kSlots = kWarps * kRanks;
+      const float4* slots = xchg(make_float4(warp_count, warp_total, warp_m2, 0.0f), it);
+      m = nm::slot_total<kSlots>(slots, [](float4 p, int) { return p.y; }) / float(cols);
+      // Chan et al.'s merge: each warp's M2 about its own mean, plus n_w (mean_w - mean)^2
+      m2 = nm::slot_total<kSlots>(slots, [m](float4 p, int) {
+        const float e = p.y - p.x * m;  // n_w (mean_w - mean)
+        return p.z + (p.x > 0.0f ? e * e / p.x : 0.0f);
+      });
+    }
+    const float rs = rsqrtf(m2 / float(cols) + eps);  // NaN in, NaN row out
+#pragma unroll
+    for (int i = 0; i < Row::kVecs; ++i) {
+      const Vec16<T> wv = nm::fetch<kWhole>(ws, Row::col(i, t), n, wvec);
+      const Vec16<T> bv = nm::fetch<kWhole>(bs, Row::col(i, t), n, bvec);
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k) r.v[i][k] = (r.v[i][k] - m) * rs * wv.get(k) + bv.get(k);
+    }
+    r.template store<kWhole>(ys + row * cols, n, t);
+    if (t == 0 && rank == 0) mean[row] = m, rstd[row] = rs;
+  }
+}
+
+// The row's two sums (of g and of g * xhat): shuffles for a warp group, else the warp pairs
+// through the exchange (its one barrier). Every thread gets the same bits.
+template <int kGroup, int kRanks>
+__device__ __forceinline__ float2 row_sums(float2 v, const nm::Exchange<kGroup / 32, kRanks, float2>& xchg,
+                                           unsigned it) {
+  v = make_float2(warp_sum(v.x), warp_sum(v.y));
+  if constexpr (kGroup == 32) return v;
+  else {
+    constexpr int kSlots = kGroup / 32 * kRanks;
+    const float2* slots = xchg(v, it);
+    return make_float2(nm::slot_total<kSlots>(slots, [](float2 p, int) { return p.x; }),
+                       nm::slot_total<kSlots>(slots, [](float2 p, int) { return p.y; }));
+  }
+}
+
+// Group (a CTA, or a cluster) c: rows [c * chunk, min(rows, (c + 1) * chunk)), row-group g of
+// the block every kGroups-th of them. dx per row from registers; dweight's and dbias's sums for
+// the thread's columns stay in registers over the chunk and become the group's partial rows:
+// dweight's at partial[c * cols], dbias's at partial[(groups + c) * cols].
+template <typename T, int kGroup, int kElems, int kRanks, bool kWhole>
+__global__ void __launch_bounds__(kBlockThreads<kGroup>, 1)
+layer_norm_backward_rows(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w,
+                         const float* __restrict__ mean, const float* __restrict__ rstd, const T* __restrict__ dy,
+                         int64_t dy_stride, T* __restrict__ dx, float* __restrict__ partial, int64_t rows,
+                         int64_t cols, int64_t chunk) {
+  constexpr int kThreads = kBlockThreads<kGroup>, kGroups = kThreads / kGroup, kWarps = kGroup / 32;
+  using Row = Tile<T, kGroup, kElems>;
+  using Next = nm::Packed<T, kGroup, kElems>;
+  // The next row's dy too, unless the tile is 16 fp32 values a tensor: then x alone runs ahead
+  // (both spilled at the 128 registers of a 512-thread CTA; at 256 threads, 162 took one CTA an SM).
+  constexpr bool kAheadDy = sizeof(T) * kElems <= 32;
+  nm::allow_dependents();  // the partial-row kernel may be placed now; it waits for this grid
+  __shared__ float2 inbox[2 * kWarps * kRanks];
+  __shared__ uint64_t bars[2];
+  const int rank = kRanks > 1 ? nm::cluster_rank() : 0;
+  const nm::Exchange<kWarps, kRanks, float2> xchg{inbox, bars, rank};
+  const int t = threadIdx.x % kGroup, g = threadIdx.x / kGroup;
+  const int64_t start = int64_t(rank) * kGroup * kElems, n = cols - start;
+  const T* xs = x + start;
+  const T* dys = dy + start;
+  const T* ws = w + start;
+  T* dxs = dx + start;
+  const bool wvec = aligned16(w);
+  const int64_t groups = gridDim.x / kRanks, group = blockIdx.x / kRanks;
+  const int64_t last = std::min(rows, (group + 1) * chunk);
+  int64_t row = group * chunk + g;
+  float dw[Row::kVecs][Row::V] = {}, db[Row::kVecs][Row::V] = {};
+  xchg.open();
+  Next nx, ng;
+  float next_m = 0.0f, next_rs = 0.0f;
+  if (row < last) {
+    nx.template load<kWhole>(xs + row * x_stride, n, t);
+    if constexpr (kAheadDy) ng.template load<kWhole>(dys + row * dy_stride, n, t);
+    next_m = mean[row];
+    next_rs = rstd[row];
+  }
+  if constexpr (kRanks > 1) nm::cluster_wait();
+  for (unsigned it = 0; row < last; row += kGroups, ++it) {  // kGroups == 1: block-uniform
+    if constexpr (!kAheadDy) ng.template load<kWhole>(dys + row * dy_stride, n, t);
+    Row xr, gr;
+    nx.unpack(xr);
+    ng.unpack(gr);
+    const float m = next_m, rs = next_rs;
+    if (row + kGroups < last) {  // the next row's loads, in flight through this row's barrier
+      nx.template load<kWhole>(xs + (row + kGroups) * x_stride, n, t);
+      if constexpr (kAheadDy) ng.template load<kWhole>(dys + (row + kGroups) * dy_stride, n, t);
+      next_m = mean[row + kGroups];
+      next_rs = rstd[row + kGroups];
+    }
+    float2 sums = make_float2(0.0f, 0.0f);  // sum of g, sum of g * xhat
+#pragma unroll
+    for (int i = 0; i < Row::kVecs; ++i) {
+      const Vec16<T> wv = nm::fetch<kWhole>(ws, Row::col(i, t), n, wvec);
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k) {
+        // xhat in place of x; padding: 0 (x - mean is not), so dy = 0 there adds 0 below
+        xr.v[i][k] = Row::valid(i, k, t, n) ? (xr.v[i][k] - m) * rs : 0.0f;
+        dw[i][k] += gr.v[i][k] * xr.v[i][k];
+        db[i][k] += gr.v[i][k];
+        gr.v[i][k] *= wv.get(k);  // g = dy * w
+        sums.x += gr.v[i][k];
+        sums.y += gr.v[i][k] * xr.v[i][k];
+      }
+    }
+    sums = row_sums<kGroup, kRanks>(sums, xchg, it);
+    const float mg = sums.x / float(cols), mgx = sums.y / float(cols);
+#pragma unroll
+    for (int i = 0; i < Row::kVecs; ++i)
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k) gr.v[i][k] = rs * (gr.v[i][k] - mg - xr.v[i][k] * mgx);
+    gr.template store<kWhole>(dxs + row * cols, n, t);
+  }
+  float* out_w = partial + group * cols + start;
+  float* out_b = partial + (groups + group) * cols + start;
+  if constexpr (kGroups == 1) {
+#pragma unroll
+    for (int i = 0; i < Row::kVecs; ++i)
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k)
+        if (Row::valid(i, k, t, n)) out_w[Row::col(i, t) + k] = dw[i][k], out_b[Row::col(i, t) + k] = db[i][k];
+  } else {
+    // The warps' rows add up in warp order (the same bits every run).
+    __shared__ float rows_w[kGroups][kGroup * kElems], rows_b[kGroups][kGroup * kElems];
+#pragma unroll
+    for (int i = 0; i < Row::kVecs; ++i)
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k) rows_w[g][Row::col(i, t) + k] = dw[i][k], rows_b[g][Row::col(i, t) + k] = db[i][k];
+    __syncthreads();
+    for (int c = threadIdx.x; c < cols; c += kThreads) {  // cols <= kGroup * kElems here
+      float tw = rows_w[0][c], tb = rows_b[0][c];
+#pragma unroll
+      for (int j = 1; j < kGroups; ++j) tw += rows_w[j][c], tb += rows_b[j][c];
+      out_w[c] = tw;
+      out_b[c] = tb;
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t layer_norm_03_pipelined_rows(const rosetta::LayerNormArgs& a, cudaStream_t stream) {
+  const int64_t rows = a.x.size[0], cols = a.x.size[1];
+  if (rows == 0 || cols == 0) return cudaSuccess;  // nothing to write
+  cudaError_t status = cudaSuccess;
+  bool fits = true;
+  const cudaError_t launched = rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = a.x.ptr<const T>();
+    const T* w = a.weight.ptr<const T>();
+    const T* b = a.bias.ptr<const T>();
+    T* y = a.y.ptr<T>();
+    const bool whole = cols % nm::kVec<T> == 0 && nm::rows_aligned(x, a.x.stride[0]) && aligned16(y) &&
+                       aligned16(w) && aligned16(b);
+    const auto launch = [&](auto group, auto elems, auto ranks) {
+      constexpr int kGroup = decltype(group)::value, kRanks = decltype(ranks)::value;
+      constexpr int kThreads = kBlockThreads<kGroup>;
+      nm::by_path(whole, [&](auto w_) {
+        const auto kernel = layer_norm_rows<T, kGroup, decltype(elems)::value, kRanks, decltype(w_)::value>;
+        const int64_t resident = nm::resident_groups(kernel, kThreads, kRanks, stream);
+        const int64_t groups = std::min(rosetta::ceil_div(rows, kThreads / kGroup), resident);
+        status = groups <= 0 ? cudaErrorInvalidConfiguration
+                             : nm::launch_rows(kernel, groups, kRanks, kThreads, stream, x, a.x.stride[0], w, b, y,
+                                               a.mean.ptr<float>(), a.rstd.ptr<float>(), rows, cols, float(a.eps));
+      });
+    };
+    fits = nm::pick_long_tile<T, false>(
+        cols, [&](auto elems) { launch(nm::Int<32>{}, elems, nm::Int<1>{}); },
+        [&](auto threads, auto elems) { launch(threads, elems, nm::Int<1>{}); },
+        [&](auto ranks) { launch(nm::Int<nm::kSliceThreads>{}, nm::Int<nm::kSliceElems>{}, ranks); });
+  });
+  if (!fits) return cudaErrorInvalidValue;  // too long: declared (Max: cols), refused before launch
+  return status != cudaSuccess ? status : launched;
+}
+
+cudaError_t layer_norm_03_pipelined_rows_backward(const rosetta::LayerNormBackwardArgs& a, cudaStream_t stream) {
+  const int64_t rows = a.x.size[0], cols = a.x.size[1];
+  if (cols == 0) return cudaSuccess;
+  if (rows == 0) {  // sums over no rows
+    const cudaError_t e = nm::zero(a.dweight, stream);
+    return e != cudaSuccess ? e : nm::zero(a.dbias, stream);
+  }
+  cudaError_t status = cudaSuccess;
+  bool fits = true;
+  const cudaError_t launched = rosetta::dispatch_dtype(a.x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = a.x.ptr<const T>();
+    const T* dy = a.dy.ptr<const T>();
+    const T* w = a.weight.ptr<const T>();
+    T* dx = a.dx.ptr<T>();
+    const bool whole = cols % nm::kVec<T> == 0 && nm::rows_aligned(x, a.x.stride[0]) &&
+                       nm::rows_aligned(dy, a.dy.stride[0]) && aligned16(dx) && aligned16(w);
+    const auto launch = [&](auto group, auto elems, auto ranks) {
+      constexpr int kGroup = decltype(group)::value, kRanks = decltype(ranks)::value;
+      constexpr int kThreads = kBlockThreads<kGroup>;
+      nm::by_path(whole, [&](auto w_) {
+        const auto kernel =
+            layer_norm_backward_rows<T, kGroup, decltype(elems)::value, kRanks, decltype(w_)::value>;
+        const nm::Chunks plan = nm::plan_long_chunks(kernel, kThreads, kRanks, rows, kThreads / kGroup, stream);
+        if (plan.blocks == 0) {
+          status = cudaErrorInvalidConfiguration;
+          return;
+        }
+        float* partial = a.workspace.get<float>(2 * int64_t(plan.blocks) * cols);  // dweight's rows, then dbias's
+        status = nm::launch_rows(kernel, plan.blocks, kRanks, kThreads, stream, x, a.x.stride[0], w,
+                                 a.mean.ptr<const float>(), a.rstd.ptr<const float>(), dy, a.dy.stride[0], dx,
+                                 partial, rows, cols, plan.chunk);
+        if (status == cudaSuccess)
+          status = nm::launch_sum_partials<T, 2>(partial, plan.blocks, cols, a.dweight.ptr<T>(), a.dbias.ptr<T>(),
+                                                 stream);
+      });
+    };
+    fits = nm::pick_long_tile<T, true>(
+        cols, [&](auto elems) { launch(nm::Int<32>{}, elems, nm::Int<1>{}); },
+        [&](auto threads, auto elems) { launch(threads, elems, nm::Int<1>{}); },
+        [&](auto ranks) { launch(nm::Int<nm::kSliceThreads>{}, nm::Int<nm::kSliceElems>{}, ranks); });
+  });
+  if (!fits) return cudaErrorInvalidValue;  // too long: declared (Max: cols), refused before launch
+  return status != cudaSuccess ? status : launched;
+}
