@@ -35,6 +35,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
+from rosetta.ops.spec import address
 from rosetta.registry import select
 from rosetta.torch_ops import triton_module
 from rosetta.triton_kernels.attention_common import (LOG2E, attend_keys, backward_delta, check_inputs,
@@ -225,11 +226,11 @@ def tma_strides(step, named):
     out = []
     for name, t in named:
         strides = tuple(s if n > 1 else t.shape[-1] for n, s in zip(t.shape[:3], t.stride()[:3]))
-        if t.data_ptr() % 16 or any(s <= 0 or (s * t.element_size()) % 16 for s in strides):
+        if address(t) % 16 or any(s <= 0 or (s * t.element_size()) % 16 for s in strides):
             raise ValueError(
                 f"attention step {step} loads through TMA and needs {name} with a 16-byte aligned base and "
                 f"batch, head and row strides that are positive multiples of 16 bytes; got {name} of shape "
-                f"{tuple(t.shape)}, strides {t.stride()}, address % 16 = {t.data_ptr() % 16}. Steps 1 and 2 "
+                f"{tuple(t.shape)}, strides {t.stride()}, address % 16 = {address(t) % 16}. Steps 1 and 2 "
                 f"take any strides.")
         out.extend(strides)
     return out
