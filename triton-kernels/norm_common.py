@@ -93,60 +93,8 @@ def programs(device, tiles, num_warps, values_per_thread, max_per_sm=None):
     return max(1, min(tiles, sm_count(device) * per_sm))
 
 
-# ---- step 3: the dweight (and dbias) sums in column strips, no partials ------------------------
-# Step 3's backward gives every program a strip of columns for the parameter gradients: after its
-# own rows of a wave (the grid's rows of one sweep), a program reads its strip of that wave's rows
-# (x, dy and the statistics, just loaded by the other programs: L2 hits) and adds dy * xhat into
-# fp32 registers. Each column is summed by one program in a fixed order: deterministic, no
-# workspace, no second kernel.
-MAX_STRIP = 512  # columns per strip at most: past SMs x 512 columns, more programs
-STRIP_ALIGN = 16  # strip starts on 16 elements: 32-byte sectors for 16-bit types, 64 for fp32
-STRIP_VALUES = 8  # strip tile per thread and tensor: one 16-byte vector of bf16 (rms_norm)
+# ---- step 3's forward: step 1's program per row, tuned around it; long rows in chunks ----------
 FORWARD_CHUNK = 8192  # the forward's chunk where a row streams (past 65,536 columns; a candidate from 32k)
-BACKWARD_CHUNKS = (4096, 8192)  # long rows: the backward's chunk widths (two passes, one from L2)
-BACKWARD_WARPS_PER_SM = 16  # ~128 registers a thread: 16 warps fill an SM's 64K registers
-
-
-def strip_programs(device, cols, per_sm):
-    """The backward grid: per_sm programs an SM, more where cols would give a strip > MAX_STRIP."""
-    return max(sm_count(device) * per_sm, triton.cdiv(cols, MAX_STRIP))
-
-
-def strip_width(cols, programs):
-    """Columns of each program's strip (the kernel computes the same from num_programs)."""
-    return triton.cdiv(triton.cdiv(cols, programs), STRIP_ALIGN) * STRIP_ALIGN
-
-
-def strip_block(device, cols, min_per_sm):
-    """The strip's register tile: a power of two >= the widest strip any config's grid gives."""
-    return triton.next_power_of_2(strip_width(cols, strip_programs(device, cols, min_per_sm)))
-
-
-def backward_pairs(block, chunk_warps=(8, 16), shared_sm=True):
-    """(ROWS, CHUNK, WARPS, PER_SM) candidates for rows of next_power_of_2 = block. Up to 8,192
-    columns the row tile sits whole in registers (CHUNK = block) at 8-16 values a thread and
-    tensor; from 8,192 up rows may stream in chunks of 4,096-8,192 (two passes). ptxas -v, sm_90a:
-    these kernels take 100-128 registers a thread at 4-16 warps, and 32 warps (64 allowed) spill,
-    so WARPS <= 16 and PER_SM x WARPS <= BACKWARD_WARPS_PER_SM: every program of the grid is
-    resident at once (the strips count on the wave being in L2 together). chunk_warps: the warps
-    the chunked kernel may take (layer_norm's two pass-1 sums take 170 registers at 8 warps).
-    shared_sm=False (fp32 data: up to 194 registers at 8 warps) leaves one program an SM, the
-    only count whose residency holds whatever ptxas allocates."""
-    lo, hi = ELEMENTS_PER_THREAD
-    found = []
-    if block <= 8192:
-        for tile in TILES:
-            for warps in (4, 8, 16):
-                if tile >= block and lo <= tile // (32 * warps) <= hi:
-                    found += [(tile // block, block, warps, per_sm) for per_sm in (1, 2, 4)
-                              if per_sm * warps <= BACKWARD_WARPS_PER_SM and (shared_sm or per_sm == 1)]
-    if block >= 8192:
-        for chunk in BACKWARD_CHUNKS:
-            for warps in chunk_warps:
-                if chunk < block and lo <= chunk // (32 * warps) <= hi:
-                    found += [(1, chunk, warps, per_sm) for per_sm in (1, 2)
-                              if per_sm * warps <= BACKWARD_WARPS_PER_SM and (shared_sm or per_sm == 1)]
-    return found
 
 
 def forward_pairs(block):
@@ -165,3 +113,119 @@ def forward_pairs(block):
                 and (rows, block, warps) not in found:
             found.append((rows, block, warps))
     return found + chunked
+
+
+# ---- step 3's backward: persistent partial rows, prefetched tiles, a counted reduction ----------
+# Every backward program owns one fp32 partial row (step 2's structure), but the grid's size is
+# autotuned (PER_SM programs an SM), so the partials are allocated for the largest grid a config may
+# launch and program 0 writes how many rows were written (min(programs, tiles)) into `count`; the
+# reduction reads that count on the device: no host sync, no atomics, a fixed order.
+PARTIAL_SHARE = 0.03  # the partials' bytes (written, read) at most this share of the backward's 3·n
+PARTIAL_COLUMNS = 32  # columns a program of the reduction: 128 bytes (one line) of every fp32 row
+PARTIAL_ROWS = 512  # partial rows a tile of the reduction (one round trip for <= 512 programs)
+ROW_CHUNKS = (2048, 4096, 8192)  # rows of next_power_of_2 >= 8,192: chunk widths (two passes)
+
+
+def partial_per_sm(device, rows, element_size):
+    """The most programs an SM the backward may run (1, 2 or 4): the largest whose partials,
+    written and read (8 bytes a column a program), stay within PARTIAL_SHARE of 3·n."""
+    best = 1
+    for per_sm in (2, 4):
+        if 8 * sm_count(device) * per_sm <= PARTIAL_SHARE * 3 * rows * element_size:
+            best = per_sm
+    return best
+
+
+def partial_configs(block, max_per_sm, wide=False, values=(8, 16), chunk_warps=(8, 16)):
+    """(ROWS, CHUNK, WARPS, PER_SM) for rows of next_power_of_2 = block. Up to 8,192 the tile
+    ROWS x block sits in registers at `values` a thread and tensor; from 8,192 the row may stream
+    in chunks (ROW_CHUNKS, one row a tile), past it it must. PER_SM x WARPS <= 16: every program resident (the
+    configs carry maxnreg = 64K / (32 x PER_SM x WARPS), so ptxas cannot break that). wide (4-byte
+    data): 16 values a thread only at <= 8 warps an SM (ptxas -v, sm_90a: at a 128-register cap
+    the prefetched fp32 tiles spill 4-236 B)."""
+    found = []
+    for per_sm in (1, 2, 4):
+        if per_sm > max_per_sm:
+            continue
+        for warps in (4, 8, 16):
+            if not 8 <= per_sm * warps <= 16:  # 8-16 warps an SM: fewer leave too few loads in flight
+                continue
+            for v in values:
+                if wide and v > 8 and per_sm * warps > 8:
+                    continue
+                tile = v * 32 * warps
+                if block <= 8192 and tile >= block and tile // block <= 64:
+                    found.append((tile // block, block, warps, per_sm))
+            for chunk in ROW_CHUNKS:
+                v = chunk // (32 * warps)
+                if block >= 8192 and chunk < block and warps in chunk_warps and v in values \
+                        and not (wide and v > 8 and per_sm * warps > 8):
+                    found.append((1, chunk, warps, per_sm))
+    return found
+
+
+def register_cap(per_sm, warps):
+    """maxnreg that keeps PER_SM programs of WARPS resident on one SM (ptxas's 255 at most)."""
+    return min(255, REGISTERS_PER_SM // (32 * per_sm * warps)) // 8 * 8
+
+
+@triton.jit
+def _column_sum(partial_ptr, count, out_ptr, cols, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
+    c_offs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_mask = c_offs < cols
+    g_offs = tl.arange(0, BLOCK_G)
+    acc = tl.zeros([BLOCK_G, BLOCK_C], tl.float32)
+    for g0 in range(0, count, BLOCK_G):
+        g = g0 + g_offs
+        mask = (g < count)[:, None] & c_mask[None, :]
+        acc += tl.load(partial_ptr + g[:, None].to(tl.int64) * cols + c_offs[None, :], mask=mask, other=0.0)
+    tl.store(out_ptr + c_offs, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit
+def counted_sum_kernel(
+    partial_ptr,  # fp32 (groups, cols): rows [0, count) written by the backward
+    count_ptr,  # int32 (1,): how many partial rows the backward wrote
+    out_ptr,  # (cols,), in the parameter's dtype
+    groups,  # rows allocated (unused but for the stride below)
+    cols,
+    BLOCK_G: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    _column_sum(partial_ptr, tl.load(count_ptr), out_ptr, cols, BLOCK_G, BLOCK_C)
+
+
+@triton.jit
+def counted_sum2_kernel(
+    partial_ptr,  # fp32 (2, groups, cols): two sums' partial rows
+    count_ptr,  # int32 (1,)
+    out0_ptr,  # sum of partial[0], (cols,)
+    out1_ptr,  # sum of partial[1], (cols,)
+    groups,
+    cols,
+    BLOCK_G: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    # grid axis 1 picks the sum: both in one launch (two outputs, neither passed twice).
+    count = tl.load(count_ptr)
+    if tl.program_id(1) == 0:
+        _column_sum(partial_ptr, count, out0_ptr, cols, BLOCK_G, BLOCK_C)
+    else:
+        _column_sum(partial_ptr + groups.to(tl.int64) * cols, count, out1_ptr, cols, BLOCK_G, BLOCK_C)
+
+
+def sum_counted_partials(partial, count, *outs):
+    """outs[k][j] = sum over g < count of partial[k, g, j], in a fixed order, one launch: programs
+    of PARTIAL_COLUMNS columns (a 128-byte line of every partial row), all of a program's rows
+    loaded at once where there are <= PARTIAL_ROWS (a single round trip to L2)."""
+    sums, groups, cols = partial.shape
+    block_g = min(triton.next_power_of_2(groups), PARTIAL_ROWS)
+    block_c = min(PARTIAL_COLUMNS, triton.next_power_of_2(cols))
+    warps = 16 if block_g * block_c >= 16384 else 8 if block_g * block_c >= 4096 else 4  # <= 32 fp32 a thread
+    grid = (triton.cdiv(cols, block_c), sums)
+    if sums == 1:
+        wrap_triton(counted_sum_kernel)[grid](partial, count, outs[0], groups, cols, BLOCK_G=block_g,
+                                              BLOCK_C=block_c, num_warps=warps)
+    else:
+        wrap_triton(counted_sum2_kernel)[grid](partial, count, outs[0], outs[1], groups, cols, BLOCK_G=block_g,
+                                               BLOCK_C=block_c, num_warps=warps)

@@ -7,8 +7,8 @@ Changed:  every product (Q K^T, P V; backward's recomputed S, dV, dP, dS, dK, dQ
           registers, and the softmax'ed S accumulators, rounded to bf16/fp16, are the P V MMA's A
           operand without leaving registers. Backward: a delta kernel, a dK/dV kernel (block per
           64 keys, loop over query tiles) and a dQ kernel (block per 64 queries, loop over key
-          tiles): no atomics, deterministic (those kernels live in common/attention_fa2_backward.cuh,
-          which step 4 shares).
+          tiles): no atomics, deterministic (those kernels live in
+          common/attention_fa2_backward.cuh).
 Why:      attention is 4 Sq Sk D flop over (2 Sq + 2 Sk) D 2-byte values: at 4k x 4k, D = 128,
           2,048 flop per byte, far past the ridge, so the arithmetic engine is the ceiling:
           HMMA's ~660 TFLOP/s dense bf16 on H100 against ~67 TFLOP/s of fp32 FMA. A forward
@@ -37,7 +37,7 @@ Layout:   rows
 namespace {
 
 namespace am = rosetta::attention_mma;
-namespace fa2 = rosetta::attention_fa2;  // the backward's kernels, shared with step 4
+namespace fa2 = rosetta::attention_fa2;  // the backward's kernels
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;  // a warp owns 16 rows of its block's tile
 constexpr int kBM = 16 * kWarps;                   // 64 queries a forward block
@@ -243,7 +243,7 @@ cudaError_t attention_03_mma_sync(const rosetta::AttentionArgs& a, cudaStream_t 
   });
 }
 
-// The FA2 kernels of common/attention_fa2_backward.cuh (they lived here until step 4 shared them).
+// The FA2 kernels of common/attention_fa2_backward.cuh.
 cudaError_t attention_03_mma_sync_backward(const rosetta::AttentionBackwardArgs& a, cudaStream_t stream) {
   return fa2::backward(a, stream);
 }

@@ -1,5 +1,5 @@
 /*
-Step 4 — FlashAttention-3's forward: wgmma fed by TMA, a producer warpgroup, ping-ponged softmax
+Step 4 — FlashAttention-3 on Hopper, forward and backward: wgmma fed by TMA, warp-specialized
 Changed:  the forward block is 3 warpgroups over 128 queries: warpgroup 0 only copies (one thread
           issues TMA boxes of Q once and of K, V per 128-key tile into a ring of 3 stages at D =
           128, 4 at D = 64, each with full / empty mbarriers; setmaxnreg gives its registers
@@ -9,9 +9,16 @@ Changed:  the forward block is 3 warpgroups over 128 queries: warpgroup 0 only c
           its A fragments) and V read MN-major through the transpose bit. Each consumer issues
           the next tile's Q K^T before its softmax of the current one and lets P V run under
           that softmax (intra-warpgroup overlap), and the two consumers take turns at issuing
-          through named barriers, so one's exp2s run under the other's MMAs (ping-pong). The
-          backward is unchanged: step 3's FA2 kernels, shared through
-          common/attention_fa2_backward.cuh; its Hopper version is the next step.
+          through named barriers, so one's exp2s run under the other's MMAs (ping-pong).
+          The backward (common/attention_sm90_backward.cuh) has the same shape turned around: a
+          block owns 128 keys (64 a consumer warpgroup, the producer streams 64-query tiles of
+          Q, dO and their lse / delta through a 2-stage ring) and keeps dK, dV in registers.
+          With keys as the M side, S^T = K Q^T and dP^T = V dO^T are wgmma.m64n64k16 from shared
+          memory, dV += P^T dO and dK += dS^T Q take P^T and dS^T straight from the accumulators
+          (as the forward's P V), and dQ = dS K reads dS^T back from shared memory through the
+          transpose bit; each tile's dQ partial (fp32) is added to a global accumulator by one
+          16 KB bulk reduce-add (cp.reduce.async.bulk) a consumer. A preprocess kernel computes
+          delta = rowsum(dO o O) and zeroes the accumulator, a postprocess one scales it into dQ.
 Why:      step 3's mma.sync peaks near 2/3 of Hopper's dense tensor rate and every warp stalls
           on its own ldmatrix / exp2 / MMA chain; wgmma reads K and V straight from shared memory
           at the full 989 TFLOP/s rate. A 128 x 128 tile is 4.2 M MACs per consumer pair, ~2,050
@@ -21,15 +28,30 @@ Why:      step 3's mma.sync peaks near 2/3 of Hopper's dense tensor rate and eve
           expected ~600-650 TFLOP/s at B = 4, H = 16, 4k x 4k, D = 128 (step 3: 193; cuDNN:
           670), ~65% of peak. Loads are 32 KB of K or V per 4.2 M MACs from L2 (~0.5 TB/s at
           600 TFLOP/s).
+          Backward: a (128-key, 64-query) tile is 5 products of 1 M MACs, ~2,560 tensor-core
+          cycles an SM; its 8 K exp2s (~510 MUFU cycles), the dS math, 16 KB of dS^T and 32 KB
+          of dQ partials through shared memory and two barriers mostly do not overlap the MMAs
+          (the consumers meet at the dS barrier every tile, so they work in step), and the m64n64
+          products from shared memory run at the 128 B / cycle shared-memory limit: expected
+          ~330-420 TFLOP/s (say 380) at B = 4, H = 16, 4k x 4k, D = 128 non-causal, ~330 causal
+          (step 3's FA2: 154; cuDNN 232-552), ~260 at D = 64 (half the MMA work a tile for the
+          same exp2s and barriers). The reduce-adds are 32 KB of L2 atomics per 5.2 M MACs (~1.2
+          TB/s at 380 TFLOP/s); pre- and postprocess move ~330 MB at D = 128 (~5%).
 Still:    not persistent: each block pays its Q load and pipeline fill with the tensor cores
           idle (~5% at 32 key tiles a block) and stores O with 16-byte stores after its last
           tile; the causal diagonal tile is computed in full and masked; D = 64 keeps 128-query
-          blocks (FA3 uses 192). The backward is still FA2 on mma.sync.
-Limits:   head_dim 64 or 128; q, k, v with the head dim contiguous, a 16-byte aligned base and
-          batch / head / row strides in whole 16-byte units (the copy engine's rules; Layout:
-          tma makes the dispatcher copy anything else); out and lse at any row strides (16-byte
-          stores where out's rows allow). Sq, Sk < 2^31, ceil(Sq / 128) * B * H < 2^31 blocks
-          (else cudaErrorInvalidValue).
+          blocks (FA3 uses 192). Backward: dQ is summed by fp32 atomic adds (bulk reduce-add)
+          in whatever order the blocks reach them, so dQ is not bit-for-bit deterministic (dK,
+          dV are); no overlap of one tile's dQ write-out with the next tile's MMAs (registers:
+          dK + dV alone are 128 a thread at D = 128); causal diagonal tiles computed in full and
+          masked; at D = 64 each consumer reduces its own keys' dQ (two 16 KB adds a tile).
+Limits:   head_dim 64 or 128; q, k, v (and the backward's dout) with the head dim contiguous, a
+          16-byte aligned base and batch / head / row strides in whole 16-byte units (the copy
+          engine's rules; Layout: tma makes the dispatcher copy anything else); out and lse at
+          any row strides (16-byte stores where out's rows allow). Sq, Sk < 2^31, ceil(Sq / 128)
+          * B * H < 2^31 forward blocks and ceil(Sk / 128) * B * H backward blocks (else
+          cudaErrorInvalidValue). The backward takes (B * H * ceil(Sq / 64) * 64) * (D + 2) fp32
+          of workspace.
 Dtypes:   bfloat16, float16
 Layout:   tma
 */
@@ -37,9 +59,9 @@ Layout:   tma
 #include <cmath>
 #include <type_traits>
 
-#include "attention_fa2_backward.cuh"
 #include "attention_mma.cuh"
 #include "attention_sm90.cuh"
+#include "attention_sm90_backward.cuh"
 #include "hopper.cuh"
 
 namespace {
@@ -47,7 +69,6 @@ namespace {
 namespace sm90 = rosetta::sm90;
 namespace a90 = rosetta::attention_sm90;
 namespace am = rosetta::attention_mma;
-namespace fa2 = rosetta::attention_fa2;
 
 constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);  // a producer + 2 consumer warpgroups
 constexpr int kBM = 64 * kConsumers;                              // 128 queries a block, 64 a consumer
@@ -369,5 +390,5 @@ cudaError_t attention_04_wgmma_tma(const rosetta::AttentionArgs& a, cudaStream_t
 }
 
 cudaError_t attention_04_wgmma_tma_backward(const rosetta::AttentionBackwardArgs& a, cudaStream_t stream) {
-  return fa2::backward(a, stream);
+  return rosetta::attention_sm90_bwd::backward(a, stream);
 }

@@ -1,12 +1,11 @@
-// FlashAttention-2's backward on mma.sync (attention step 3's, moved here unchanged so that step 4,
-// which changes only the forward, runs the same kernels):
+// FlashAttention-2's backward on mma.sync: attention step 3's backward kernels, in their own header
+// so that the step's file reads as its forward:
 //   Strides, strides_of, vec_ok        a (B, H, rows, D) tensor's batch / head / row strides and
 //                                      whether 16-byte copies may read it
 //   backward(args, stream)             delta, dQ and dK/dV kernels (no atomics, deterministic);
 //                                      cudaErrorInvalidValue for what they cannot take
-// The kernels sit in an unnamed namespace: each step that includes this header compiles its own
-// copy, exactly as when they lived in step 3's file (no kernel symbol is shared across the
-// extension's translation units).
+// The kernels sit in an unnamed namespace: no kernel symbol is shared across the extension's
+// translation units.
 #pragma once
 
 #include <climits>

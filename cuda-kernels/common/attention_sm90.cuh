@@ -1,4 +1,5 @@
-// Hopper (sm_90a) pieces of the attention ladder, taught by step 4 (FlashAttention-3's forward):
+// Hopper (sm_90a) pieces of the attention ladder, taught by step 4 (FlashAttention-3; its backward's own
+// pieces are in attention_sm90_backward.cuh):
 //   encode_heads_map<T>(map, tensor, box_rows)  a 4-D tensor map over a (B, H, S, D) tensor at its
 //                                     own strides: boxes of 64 (d) x box_rows (s), 128-byte swizzle;
 //                                     rows past S read as zeros, never another head's rows

@@ -2,6 +2,8 @@
 // longest rows cut across a cluster), each op's step 3 using all of them:
 //   Packed                      a tile's 16-byte vectors as loaded (16-bit values stay packed):
 //                               the next row, in flight while the current one is worked on
+//   inside                      which tile elements hold data (one compare a vector when whole)
+//   store_partial               a thread's column sums as a partial row, 16-byte stores
 //   Exchange, slot_total        one barrier per row: every warp's partial to every CTA of the
 //                               row's cluster (or to its own CTA's shared memory), then merged
 //                               in a fixed order by every warp alike
@@ -51,16 +53,36 @@ struct Packed {
   }
 };
 
-// How many of a thread's tile elements lie inside the first `cols` elements (a float: the
-// layer_norm forward weighs its partial means by it).
-template <typename Row>
-__device__ __forceinline__ float valid_count(int t, int64_t cols) {
-  int n = 0;
+// Element (i, k) of thread t's tile lies inside the first n columns (n: what is left of the row
+// from the tile's start). kWhole: a vector is wholly inside or wholly past the end (cols % V == 0),
+// so one compare a vector; per element, ptxas keeps a 64-bit compare pair and a LOP3 each.
+template <bool kWhole, typename Row>
+__device__ __forceinline__ bool inside(int i, int k, int t, int64_t n) {
+  return Row::col(i, t) + (kWhole ? 0 : k) < n;
+}
+
+// A thread's per-column fp32 sums (dweight's, dbias's) as a partial row: out + Row::col(i, t).
+// kWhole (cols % V == 0, so every vector starts on 16 bytes if out does): V / 4 float4 stores a
+// vector (STG.E.128, each 32-byte sector in at most two writes). Scalar stores, lanes V x 4 bytes
+// apart, put 4 bytes a sector a write: 8 writes per sector for 16-bit tiles, which at 264 partial
+// rows x 4,096 columns cost microseconds of L2 traffic.
+template <bool kWhole, typename Row>
+__device__ __forceinline__ void store_partial(float* out, const float (&acc)[Row::kVecs][Row::V], int t, int64_t n) {
+  const bool vec = kWhole && aligned16(out);
 #pragma unroll
-  for (int i = 0; i < Row::kVecs; ++i)
+  for (int i = 0; i < Row::kVecs; ++i) {
+    const int64_t c = Row::col(i, t);
+    if (vec) {
+      if (c < n)
 #pragma unroll
-    for (int k = 0; k < Row::V; ++k) n += Row::valid(i, k, t, cols) ? 1 : 0;
-  return float(n);
+        for (int k = 0; k < Row::V; k += 4)
+          *reinterpret_cast<float4*>(out + c + k) = make_float4(acc[i][k], acc[i][k + 1], acc[i][k + 2], acc[i][k + 3]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k)
+        if (c + k < n) out[c + k] = acc[i][k];
+    }
+  }
 }
 
 // The tiles of step 3: step 2's forward or backward table up to kMaxRegisterCols, then
@@ -129,9 +151,9 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 // ---------------------------------------------------------------------------------------------
 // One barrier a row
 
-// A row's reduction over kWarps warps a CTA and kRanks CTAs: each warp's partial P (float2, or
-// float4 for the layer_norm forward's (count, sum, M2)) goes to slot [rank][warp] of every CTA's
-// inbox, and the kRanks x kWarps slots are there to read in every CTA after one wait.
+// A row's reduction over kWarps warps a CTA and kRanks CTAs: each warp's partial P (a float2: one
+// sum, or both of layer_norm's) goes to slot [rank][warp] of every CTA's inbox, and the
+// kRanks x kWarps slots are there to read in every CTA after one wait.
 //   kRanks 1: lane 0 stores the slot, then the CTA barrier.
 //   a cluster: lane r of each warp st.async's it into CTA r, completing bytes on CTA r's
 //   transaction barrier, and each CTA waits on its own barrier for all kRanks x kWarps slots. A
@@ -195,11 +217,12 @@ __device__ __forceinline__ float slot_total(const P* slots, F f) {
 // The partial rows' sum (the backward's second kernel)
 
 // partial: kSums stacked blocks of `parts` rows x cols. Block: 32 columns x kPartSlices slices,
-// slice y adding parts y, y + kPartSlices, ... (8 loads in flight a thread), then the slices in
-// order: the same bits every run. A programmatic dependent launch: its blocks are placed while the
+// slice y adding parts y, y + kPartSlices, ... (8 loads in flight a thread: the 264 rows of two
+// 256-thread CTAs an SM take 9 a thread, 2 rounds), then the slices in order: the same bits
+// every run. A programmatic dependent launch: its blocks are placed while the
 // backward's last ones finish, and griddepcontrol.wait holds them until that grid's stores are
 // visible.
-constexpr int kPartSlices = 16;
+constexpr int kPartSlices = 32;
 
 template <typename T, int kSums>
 __global__ void __launch_bounds__(32 * kPartSlices)

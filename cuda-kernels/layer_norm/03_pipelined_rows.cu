@@ -4,32 +4,46 @@ Changed:  rms_norm step 3's idea. (1) persistent groups: as many blocks as fit o
           once, each walking its rows (forward: every gridDim-th; backward: a contiguous chunk),
           the next row's 16-byte vectors loaded (kept packed, norm::Packed) before the current
           row is reduced and stored: two rows in flight per group. (2) one barrier per row. The
-          forward's statistics stay two-pass but the first pass never leaves the warp: each
-          warp takes its own mean (shuffles), then the sum of squares about it (shuffles
-          again), and sends (count, sum, M2) to a slot; after the one barrier every warp merges
-          the slots exactly (Chan et al.: M2 = sum of M2_w + n_w (mean_w - mean)^2, no
-          subtraction of large terms) in a fixed order. The backward's two sums (of g and of
-          g * xhat) share one slot a warp. Two slot arrays alternate by row, so no second
-          barrier guards their reuse. (3) rows past 8,192 columns: a cluster of 2, 4 or 8 CTAs
-          of 512 x 16 values holds the row, CTA r the slice [8192 r, 8192 (r + 1)); each
-          warp's lane r st.async's the warp's slot into CTA r, completing bytes on CTA r's
-          transaction barrier, and the one barrier is each CTA's wait on its own. The backward
-          keeps dweight's and dbias's sums per thread across the chunk as in step 2, a cluster
-          writing one pair of partial rows.
-          (4) the partial rows are summed by a wider kernel (32 columns x 16 slices a block, 8
+          forward's statistics come from one pass: with k0 = x[row][0] (loaded with the row),
+          every thread sums d = x - k0 and d^2 over its elements, the two shuffle trees run side
+          by side, each warp's pair goes to a slot, and after the one barrier the two slot sums
+          run side by side: mean = k0 + S1/n, var = S2/n - (S1/n)^2. No divide a row (1/cols is
+          a kernel argument). The backward's two sums (of g and of g * xhat) share one slot a
+          warp. Two slot arrays alternate by row, so no second barrier guards their reuse.
+          (3) rows past 8,192 columns: a cluster of 2, 4 or 8 CTAs of 512 x 16 values holds the
+          row, CTA r the slice [8192 r, 8192 (r + 1)); each warp's lane r st.async's the warp's
+          slot into CTA r, completing bytes on CTA r's transaction barrier, and the one barrier
+          is each CTA's wait on its own. The backward keeps dweight's and dbias's sums per thread
+          across the chunk as in step 2, a cluster writing one pair of partial rows, with 16-byte
+          stores (norm::store_partial). On the whole-vector path padding is masked one compare a
+          vector (norm::inside), and dx = rs g + (xhat a + b0), two FFMAs an element.
+          (4) the partial rows are summed by a wider kernel (32 columns x 32 slices a block, 8
           loads in flight a thread) launched as a programmatic dependent of the backward.
-Why:      step 2's forward waits through two block reductions (four barriers) a row with
-          nothing else in flight in its block: 2,430-2,485 GB/s where rms_norm's one reduction
-          reached ~3,000. Here one barrier, covered by the next row's loads (16-32 KB an SM in
-          flight; Little's law at ~3 TB/s and ~1 us wants ~23 KB). Forward (2n counted):
-          4096^2 ~2,900 (small: ramp-up and tail are ~1.5 us of ~11), 16384x8192, 32768x4096
-          and 4096x32768 ~2,980, fp32 4096^2 ~3,000. Backward (3n): 4096^2 ~2,600 (two partial
-          rows a block: 2 x 264 x 16 KB written and read, and the second kernel, ~2.5 us of
-          ~38), 16384x8192 and 32768x4096 ~2,850, 4096x32768 ~2,750, fp32 4096^2 ~2,750.
+Why:      measured before this change (H100, GB/s; bf16): forward 4096^2 2,672, 16384x8192 2,859,
+          32768x4096 2,843, 4096x32768 2,569, 32768x2048 2,523, fp32 4096^2 2,899; backward
+          4096^2 1,555, 16384x8192 2,398, 32768x4096 2,501, 4096x32768 2,179, fp32 4096^2 2,533,
+          where rms_norm's step 3 ran the same tiles at the same occupancy 2-30% faster. Backward:
+          a fit over rows (4096^2 and 32768x4096, same tile, same 256 partial rows) gives ~28 us
+          fixed a call against rms_norm's ~13: the partial rows were stored 4 bytes a lane with
+          lanes 32 bytes apart (8 partial writes per 32-byte sector, 2 x 4.3 MB: ~10 us of L2
+          requests), now 2 writes a sector (fp32 tiles: 1). The loop is ~15% shorter (no 64-bit
+          compare pair a element). Forward: the Chan merge kept three dependent shuffle trees
+          and 2-4 divides (a slow-path call each) between a row's loads and its stores; the
+          shifted sums keep one pair of trees each side of the barrier (SASS: 808 -> 504
+          instructions, 35 -> 30 SHFL, 0 divides), and the 256 x 8 tile is held to 40 registers
+          (6 CTAs an SM, was 5 at 47). Predicted: forward 4096^2 ~2,850, 16384x8192 and
+          32768x4096 ~2,930, 4096x32768 ~2,800, 32768x2048 ~2,800, fp32 4096^2 ~2,950; backward
+          4096^2 ~1,900, 16384x8192 ~2,550, 32768x4096 ~2,650, 4096x32768 ~2,300, fp32 4096^2
+          ~2,730.
 Still:    one CTA per SM where a backward tile needs more than 64 registers a thread (512 x 16
           tiles and the clusters, 256 x 16 at two): its barriers are covered by the next row
-          alone. fp32 tiles of 16 values run x alone ahead (x and dy both spill). dweight and
-          dbias still take a second kernel and a round trip of partial rows through L2.
+          alone. fp32 tiles of 16 values run x alone ahead (x and dy both spill); the fp32
+          forward tiles take 94-101 registers (2 CTAs of 256 an SM where rms_norm fits 4: they
+          spill at 64). dweight and dbias still take a second kernel and a round trip of 2 x
+          groups partial rows through L2: at 4096^2 that and the pipeline's fill are most of
+          what is left. The shifted sums' rounding is ~eps (var + (mean - k0)^2): a first element
+          far out in the row's tail costs precision (x[0] = 1e3 over randn, 4,096 columns: rstd
+          off by ~1e-4 relative, where Welford or two passes stay at ~1e-7).
 Limits:   rows past 65,536 elements (8 CTAs x 8,192) are refused before launch (`Max: cols`):
           clusters of more than 8 CTAs need an opt-in and whole GPCs. Workspace (backward):
           2 x groups x cols fp32, groups <= the CTAs (or clusters) resident at once.
@@ -51,91 +65,15 @@ using rosetta::warp_sum;
 // a row of a cluster is kRanks such blocks.
 template <int kGroup> constexpr int kBlockThreads = kGroup == 32 ? 32 * kWarpRows : kGroup;
 // The forward's 16-bit block tiles on the whole-vector path are held to 64 registers (2 CTAs of
-// 512 or 4 of 256 an SM, two rows in flight each); unbound, ptxas took 72-79, one CTA of 512 an
-// SM. fp32 tiles and the element-wise path spill under that bound and stay unbound.
-template <typename T, int kGroup, bool kWhole>
-constexpr int kForwardMinBlocks = kGroup == 32 || !kWhole || sizeof(T) == 4 ? 1 : 1024 / kGroup;
+// 512 or 4 of 256 an SM, two rows in flight each), the 256 x 8 tile to 40 (6 CTAs; at 32 it
+// spills, unbound it took 48: 5). fp32 tiles and the element-wise path spill under 64 and stay
+// unbound.
+template <typename T, int kGroup, int kElems, bool kWhole>
+constexpr int kForwardMinBlocks = kGroup == 32 || !kWhole || sizeof(T) == 4 ? 1 : kElems == 8 ? 6 : 1024 / kGroup;
 
-// Group g of block b takes rows b * kGroups + g, then every (groups x kGroups)-th; a cluster's
-// CTAs share rows and a CTA's columns start at rank x slice.
-template <typename T, int kGroup, int kElems, int kRanks, bool kWhole>
-__global__ void __launch_bounds__(kBlockThreads<kGroup>, kForwardMinBlocks<T, kGroup, kWhole>)
-layer_norm_rows(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, const T* __restrict__ b,
-                T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int64_t rows, int64_t cols,
-                float eps) {
-  constexpr int kGroups = kBlockThreads<kGroup> / kGroup, kWarps = kGroup / 32;
-  using Row = Tile<T, kGroup, kElems>;
-  using Next = nm::Packed<T, kGroup, kElems>;
-  __shared__ float4 inbox[2 * kWarps * kRanks];
-  __shared__ uint64_t bars[2];
-  const int rank = kRanks > 1 ? nm::cluster_rank() : 0;
-  const nm::Exchange<kWarps, kRanks, float4> xchg{inbox, bars, rank};
-  const int t = threadIdx.x % kGroup;
-  const int64_t start = int64_t(rank) * kGroup * kElems, n = cols - start;  // this CTA's slice
-  const T* xs = x + start;
-  const T* ws = w + start;
-  const T* bs = b + start;
-  T* ys = y + start;
-  const bool wvec = aligned16(w), bvec = aligned16(b);
-  // The warp's element count: the same every row (a warp of the row's end holds padding).
-  const float warp_count = warp_sum(nm::valid_count<Row>(t, n));
-  const int live = int(std::max<int64_t>(0, std::min<int64_t>(n, int64_t(kGroup) * kElems)));  // n, clamped to the slice
-  const int64_t step = int64_t(gridDim.x / kRanks) * kGroups;
-  int64_t row = int64_t(blockIdx.x / kRanks) * kGroups + threadIdx.x / kGroup;
-  xchg.open();
-  Next next;
-  if (row < rows) next.template load<kWhole>(xs + row * x_stride, n, t);
-  if constexpr (kRanks > 1) nm::cluster_wait();  // every peer has started: its slots exist
-  // kGroups == 1: the row is uniform over the block (and the cluster), so the barriers are safe.
-  for (unsigned it = 0; row < rows; row += step, ++it) {
-    Row r;
-    next.unpack(r);
-    if (row + step < rows) next.template load<kWhole>(xs + (row + step) * x_stride, n, t);  // in flight from here
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < Row::kVecs; ++i)
-#pragma unroll
-      for (int k = 0; k < Row::V; ++k) s += r.v[i][k];  // padding: 0
-    const float warp_total = warp_sum(s);
-    const float warp_mean = warp_count > 0.0f ? warp_total / warp_count : 0.0f;
-    float q = 0.0f;
-#pragma unroll
-    for (int i = 0; i < Row::kVecs; ++i)
-#pragma unroll
-      for (int k = 0; k < Row::V; ++k) {
-        const float d = r.v[i][k] - warp_mean;
-        q += (i * kGroup + t) * Row::V + k < live ? d * d : 0.0f;  // padding is 0, not the mean: masked
-      }
-    const float warp_m2 = warp_sum(q);
-    float m, m2;
-    if constexpr (kGroup == 32) {
-      m = warp_mean;  // the warp is the row: warp_count == cols
-      m2 = warp_m2;
-    } else {
-      constexpr int kSlots = kWarps * kRanks;
-      const float4* slots = xchg(make_float4(warp_count, warp_total, warp_m2, 0.0f), it);
-      m = nm::slot_total<kSlots>(slots, [](float4 p, int) { return p.y; }) / float(cols);
-      // Chan et al.'s merge: each warp's M2 about its own mean, plus n_w (mean_w - mean)^2
-      m2 = nm::slot_total<kSlots>(slots, [m](float4 p, int) {
-        const float e = p.y - p.x * m;  // n_w (mean_w - mean)
-        return p.z + (p.x > 0.0f ? e * e / p.x : 0.0f);
-      });
-    }
-    const float rs = rsqrtf(m2 / float(cols) + eps);  // NaN in, NaN row out
-#pragma unroll
-    for (int i = 0; i < Row::kVecs; ++i) {
-      const Vec16<T> wv = nm::fetch<kWhole>(ws, Row::col(i, t), n, wvec);
-      const Vec16<T> bv = nm::fetch<kWhole>(bs, Row::col(i, t), n, bvec);
-#pragma unroll
-      for (int k = 0; k < Row::V; ++k) r.v[i][k] = (r.v[i][k] - m) * rs * wv.get(k) + bv.get(k);
-    }
-    r.template store<kWhole>(ys + row * cols, n, t);
-    if (t == 0 && rank == 0) mean[row] = m, rstd[row] = rs;
-  }
-}
-
-// The row's two sums (of g and of g * xhat): shuffles for a warp group, else the warp pairs
-// through the exchange (its one barrier). Every thread gets the same bits.
+// A row's two sums (forward: of d and d^2, d = x - x[row][0]; backward: of g and of g * xhat):
+// the two shuffle trees side by side for a warp group, else the warp pairs through the exchange
+// (its one barrier) and the two slot sums side by side. Every thread gets the same bits.
 template <int kGroup, int kRanks>
 __device__ __forceinline__ float2 row_sums(float2 v, const nm::Exchange<kGroup / 32, kRanks, float2>& xchg,
                                            unsigned it) {
@@ -146,6 +84,77 @@ __device__ __forceinline__ float2 row_sums(float2 v, const nm::Exchange<kGroup /
     const float2* slots = xchg(v, it);
     return make_float2(nm::slot_total<kSlots>(slots, [](float2 p, int) { return p.x; }),
                        nm::slot_total<kSlots>(slots, [](float2 p, int) { return p.y; }));
+  }
+}
+
+// Group g of block b takes rows b * kGroups + g, then every (groups x kGroups)-th; a cluster's
+// CTAs share rows and a CTA's columns start at rank x slice.
+template <typename T, int kGroup, int kElems, int kRanks, bool kWhole>
+__global__ void __launch_bounds__(kBlockThreads<kGroup>, kForwardMinBlocks<T, kGroup, kElems, kWhole>)
+layer_norm_rows(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, const T* __restrict__ b,
+                T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int64_t rows, int64_t cols,
+                float eps, float inv_cols) {
+  constexpr int kGroups = kBlockThreads<kGroup> / kGroup, kWarps = kGroup / 32;
+  using Row = Tile<T, kGroup, kElems>;
+  using Next = nm::Packed<T, kGroup, kElems>;
+  __shared__ float2 inbox[2 * kWarps * kRanks];
+  __shared__ uint64_t bars[2];
+  const int rank = kRanks > 1 ? nm::cluster_rank() : 0;
+  const nm::Exchange<kWarps, kRanks, float2> xchg{inbox, bars, rank};
+  const int t = threadIdx.x % kGroup;
+  const int64_t start = int64_t(rank) * kGroup * kElems, n = cols - start;  // this CTA's slice
+  const T* xs = x + start;
+  const T* ws = w + start;
+  const T* bs = b + start;
+  T* ys = y + start;
+  const bool wvec = aligned16(w), bvec = aligned16(b);
+  const int64_t step = int64_t(gridDim.x / kRanks) * kGroups;
+  int64_t row = int64_t(blockIdx.x / kRanks) * kGroups + threadIdx.x / kGroup;
+  xchg.open();
+  // The row's shift: its first element (every CTA of a cluster loads the same one), loaded with the
+  // row and kept as loaded (converting it here would wait for the load).
+  Next next;
+  T next_k{};
+  if (row < rows) {
+    next.template load<kWhole>(xs + row * x_stride, n, t);
+    next_k = x[row * x_stride];
+  }
+  if constexpr (kRanks > 1) nm::cluster_wait();  // every peer has started: its slots exist
+  // kGroups == 1: the row is uniform over the block (and the cluster), so the barriers are safe.
+  for (unsigned it = 0; row < rows; row += step, ++it) {
+    Row r;
+    next.unpack(r);
+    const float k0 = rosetta::to_float(next_k);
+    if (row + step < rows) {  // in flight from here
+      next.template load<kWhole>(xs + (row + step) * x_stride, n, t);
+      next_k = x[(row + step) * x_stride];
+    }
+    // One pass, two sums about k0: of d = x - k0 and of d^2 (padding left out: it is 0, not k0).
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < Row::kVecs; ++i)
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k) {
+        const float d = nm::inside<kWhole, Row>(i, k, t, n) ? r.v[i][k] - k0 : 0.0f;
+        s1 += d;
+        s2 = fmaf(d, d, s2);
+      }
+    const float2 sums = row_sums<kGroup, kRanks>(make_float2(s1, s2), xchg, it);
+    const float dm = sums.x * inv_cols;  // mean - k0
+    const float m = k0 + dm;
+    // var = E[d^2] - E[d]^2, exact algebra for any shift; the rounding is ~eps (var + (mean - k0)^2),
+    // small because k0 is one of the row's own values. Rounding below 0 is clamped; NaN stays NaN.
+    const float v = fmaf(-dm, dm, sums.y * inv_cols);
+    const float rs = rsqrtf((v < 0.0f ? 0.0f : v) + eps);  // NaN in, NaN row out
+#pragma unroll
+    for (int i = 0; i < Row::kVecs; ++i) {
+      const Vec16<T> wv = nm::fetch<kWhole>(ws, Row::col(i, t), n, wvec);
+      const Vec16<T> bv = nm::fetch<kWhole>(bs, Row::col(i, t), n, bvec);
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k) r.v[i][k] = (r.v[i][k] - m) * rs * wv.get(k) + bv.get(k);
+    }
+    r.template store<kWhole>(ys + row * cols, n, t);
+    if (t == 0 && rank == 0) mean[row] = m, rstd[row] = rs;
   }
 }
 
@@ -210,7 +219,7 @@ layer_norm_backward_rows(const T* __restrict__ x, int64_t x_stride, const T* __r
 #pragma unroll
       for (int k = 0; k < Row::V; ++k) {
         // xhat in place of x; padding: 0 (x - mean is not), so dy = 0 there adds 0 below
-        xr.v[i][k] = Row::valid(i, k, t, n) ? (xr.v[i][k] - m) * rs : 0.0f;
+        xr.v[i][k] = nm::inside<kWhole, Row>(i, k, t, n) ? (xr.v[i][k] - m) * rs : 0.0f;
         dw[i][k] += gr.v[i][k] * xr.v[i][k];
         db[i][k] += gr.v[i][k];
         gr.v[i][k] *= wv.get(k);  // g = dy * w
@@ -219,21 +228,21 @@ layer_norm_backward_rows(const T* __restrict__ x, int64_t x_stride, const T* __r
       }
     }
     sums = row_sums<kGroup, kRanks>(sums, xchg, it);
-    const float mg = sums.x / float(cols), mgx = sums.y / float(cols);
+    // dx = rs (g - mean(g) - xhat mean(g xhat)), as rs g + (xhat a + b0): two FFMAs an element. The
+    // two divides stay (2 a row, side by side): with a reciprocal instead, ptxas spilled the
+    // element-wise 512 x 16 tiles at the 128-register cap.
+    const float a = -rs * (sums.y / float(cols)), b0 = -rs * (sums.x / float(cols));
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
 #pragma unroll
-      for (int k = 0; k < Row::V; ++k) gr.v[i][k] = rs * (gr.v[i][k] - mg - xr.v[i][k] * mgx);
+      for (int k = 0; k < Row::V; ++k) gr.v[i][k] = fmaf(gr.v[i][k], rs, fmaf(xr.v[i][k], a, b0));
     gr.template store<kWhole>(dxs + row * cols, n, t);
   }
   float* out_w = partial + group * cols + start;
   float* out_b = partial + (groups + group) * cols + start;
-  if constexpr (kGroups == 1) {
-#pragma unroll
-    for (int i = 0; i < Row::kVecs; ++i)
-#pragma unroll
-      for (int k = 0; k < Row::V; ++k)
-        if (Row::valid(i, k, t, n)) out_w[Row::col(i, t) + k] = dw[i][k], out_b[Row::col(i, t) + k] = db[i][k];
+  if constexpr (kGroups == 1) {  // 16-byte stores on the whole-vector path
+    nm::store_partial<kWhole, Row>(out_w, dw, t, n);
+    nm::store_partial<kWhole, Row>(out_b, db, t, n);
   } else {
     // The warps' rows add up in warp order (the same bits every run).
     __shared__ float rows_w[kGroups][kGroup * kElems], rows_b[kGroups][kGroup * kElems];
@@ -276,7 +285,8 @@ cudaError_t layer_norm_03_pipelined_rows(const rosetta::LayerNormArgs& a, cudaSt
         const int64_t groups = std::min(rosetta::ceil_div(rows, kThreads / kGroup), resident);
         status = groups <= 0 ? cudaErrorInvalidConfiguration
                              : nm::launch_rows(kernel, groups, kRanks, kThreads, stream, x, a.x.stride[0], w, b, y,
-                                               a.mean.ptr<float>(), a.rstd.ptr<float>(), rows, cols, float(a.eps));
+                                               a.mean.ptr<float>(), a.rstd.ptr<float>(), rows, cols, float(a.eps),
+                                               1.0f / float(cols));
       });
     };
     fits = nm::pick_long_tile<T, false>(

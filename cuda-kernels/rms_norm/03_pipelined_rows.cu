@@ -12,21 +12,29 @@ Changed:  (1) persistent groups: as many blocks as fit on the machine at once, e
           slots, completing bytes on CTA r's transaction barrier, and the one barrier is each
           CTA's wait on its own (barrier.cluster's release costs a MEMBAR.ALL.GPU that would wait
           for the next row's loads). The backward's dweight accumulators stay per thread across
-          the chunk as in step 2, a cluster writing one partial row (each CTA its slice). (4) the partial rows are summed by a wider
-          kernel (32 columns x 16 slices a block, 8 loads in flight a thread) launched as a
+          the chunk as in step 2, a cluster writing one partial row (each CTA its slice), with
+          16-byte stores (norm::store_partial). (4) the partial rows are summed by a wider kernel
+          (32 columns x 32 slices a block, 8 loads in flight a thread) launched as a
           programmatic dependent of the backward, so its launch overlaps the backward's tail.
 Why:      step 2's block waits, alone, through its row's load latency and then through its
           barriers; only other resident blocks cover either. With the next row already in
           flight, each SM keeps 16-32 KB of loads outstanding through the barrier (Little's law
-          at ~3 TB/s and ~1 us: ~23 KB an SM). Forward (2n counted): 4096^2 ~2,950 (small:
-          ramp-up and tail are ~1.5 us of ~11), 16384x8192, 32768x4096 and 4096x32768 ~3,000,
-          fp32 4096^2 ~3,000. Backward (3n): 4096^2 ~2,650 (the partial rows: 264 x 16 KB
-          written and read, and the second kernel, ~2 us of ~38), 16384x8192 and 32768x4096
-          ~2,850, 4096x32768 ~2,800 (33 clusters of 4, one CTA an SM), fp32 4096^2 ~2,800.
+          at ~3 TB/s and ~1 us: ~23 KB an SM). Measured (H100, GB/s, bf16) before the partial
+          rows' 16-byte stores: forward 4096^2 2,923, 16384x8192 2,954, 4096x32768 2,884, fp32
+          4096^2 3,105; backward 4096^2 2,152, 16384x8192 2,871, 32768x4096 2,869, 4096x32768
+          2,556, fp32 4096^2 2,863. A fit over rows (4096^2 and 32768x4096: the same tile and
+          the same 256 partial rows) puts ~13 us a call in fixed costs; the partial rows, stored
+          4 bytes a lane with lanes 32 bytes apart (8 partial writes per 32-byte sector, 4.3 MB:
+          ~6 us of L2 requests), now take 2 writes a sector (fp32: 1), and the dot's divide is a
+          multiply by 1/cols (a kernel argument); 256 x 8 backward tiles drop to 64 registers
+          (4 CTAs an SM, was 3). Predicted backward: 4096^2 ~2,420, 16384x8192 ~2,920,
+          32768x4096 ~2,900, 4096x32768 ~2,600, 2048x32768 ~2,470, 32768x2048 ~2,850, fp32
+          4096^2 ~2,990; forward unchanged.
 Still:    one CTA per SM where a backward tile needs more than 64 registers a thread (512 x 16
           tiles and the clusters): its barriers are covered by the next row alone. fp32 tiles
           of 16 values run x alone ahead (x and dy both spill). dweight still takes a second
-          kernel and a round trip of partial rows through L2.
+          kernel and a round trip of partial rows through L2: at 4096^2 (16 rows a CTA) that,
+          the pipeline's fill and its drain are ~8 us of ~41, short of 2,700.
 Limits:   rows past 65,536 elements (8 CTAs x 8,192) are refused before launch (`Max: cols`):
           clusters of more than 8 CTAs need an opt-in and whole GPCs. Workspace (backward):
           groups x cols fp32, groups <= the CTAs (or clusters) resident at once.
@@ -116,7 +124,8 @@ template <typename T, int kGroup, int kElems, int kRanks, bool kWhole>
 __global__ void __launch_bounds__(kBlockThreads<kGroup>, 1)
 rms_norm_backward_rows(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w,
                        const float* __restrict__ rstd, const T* __restrict__ dy, int64_t dy_stride,
-                       T* __restrict__ dx, float* __restrict__ partial, int64_t rows, int64_t cols, int64_t chunk) {
+                       T* __restrict__ dx, float* __restrict__ partial, int64_t rows, int64_t cols, int64_t chunk,
+                       float inv_cols) {
   constexpr int kThreads = kBlockThreads<kGroup>, kGroups = kThreads / kGroup, kWarps = kGroup / 32;
   using Row = Tile<T, kGroup, kElems>;
   using Next = nm::Packed<T, kGroup, kElems>;
@@ -170,7 +179,7 @@ rms_norm_backward_rows(const T* __restrict__ x, int64_t x_stride, const T* __res
         dot += gr.v[i][k] * xr.v[i][k];
       }
     }
-    const float c = s * s * row_sum<kGroup, kRanks>(dot, xchg, it) / float(cols);
+    const float c = s * s * inv_cols * row_sum<kGroup, kRanks>(dot, xchg, it);
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
 #pragma unroll
@@ -179,11 +188,7 @@ rms_norm_backward_rows(const T* __restrict__ x, int64_t x_stride, const T* __res
   }
   float* out = partial + group * cols + start;
   if constexpr (kGroups == 1) {
-#pragma unroll
-    for (int i = 0; i < Row::kVecs; ++i)
-#pragma unroll
-      for (int k = 0; k < Row::V; ++k)
-        if (Row::valid(i, k, t, n)) out[Row::col(i, t) + k] = dw[i][k];
+    nm::store_partial<kWhole, Row>(out, dw, t, n);  // 16-byte stores on the whole-vector path
   } else {
     // The warps' rows add up in warp order (the same bits every run).
     __shared__ float rows_of[kGroups][kGroup * kElems];
@@ -261,7 +266,8 @@ cudaError_t rms_norm_03_pipelined_rows_backward(const rosetta::RmsNormBackwardAr
         }
         float* partial = a.workspace.get<float>(int64_t(plan.blocks) * cols);
         status = nm::launch_rows(kernel, plan.blocks, kRanks, kThreads, stream, x, a.x.stride[0], w,
-                                 a.rstd.ptr<const float>(), dy, a.dy.stride[0], dx, partial, rows, cols, plan.chunk);
+                                 a.rstd.ptr<const float>(), dy, a.dy.stride[0], dx, partial, rows, cols, plan.chunk,
+                                 1.0f / float(cols));
         if (status == cudaSuccess)
           status = nm::launch_sum_partials<T, 1>(partial, plan.blocks, cols, a.dweight.ptr<T>(), nullptr, stream);
       });
