@@ -154,8 +154,9 @@ def partial_configs(block, max_per_sm, wide=False, values=(8, 16), chunk_warps=(
                 if wide and v > 8 and per_sm * warps > 8:
                     continue
                 tile = v * 32 * warps
-                if block <= 8192 and tile >= block and tile // block <= 64:
-                    found.append((tile // block, block, warps, per_sm))
+                # at most 64 rows a tile: below 16 columns a tile holds fewer values than threads
+                if block <= 8192 and tile >= block and (min(tile // block, 64), block, warps, per_sm) not in found:
+                    found.append((min(tile // block, 64), block, warps, per_sm))
             for chunk in ROW_CHUNKS:
                 v = chunk // (32 * warps)
                 if block >= 8192 and chunk < block and warps in chunk_warps and v in values \
