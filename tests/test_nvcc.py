@@ -140,6 +140,17 @@ SASS_CLAIMS = [
     # hardware tanh on the MUFU pipe, inside the wgmma kernel that stores by TMA)
     ("linear_gelu/02_fused_epilogue.cu", "I13__nv_bfloat16*BiasGelu", lambda ops: {"MUFU.TANH", "UTMASTG.2D"} <= set(ops)
      and any(o.startswith("HGMMA.64x") for o in ops)),
+    # rms_norm step 3, a row across a cluster of 4: "each warp's lane r st.async's the warp's partial
+    # into CTA r's ... wait on its own" (barrier.cluster's MEMBAR.ALL.GPU avoided)
+    ("rms_norm/03_pipelined_rows.cu", "rms_norm_rowsI13__nv_bfloat16Li512ELi16ELi4ELb1E", lambda ops: {
+        "STAS.64", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "LDG.E.128.CONSTANT", "STG.E.128"} <= set(ops)
+     and not any(o.startswith("MEMBAR") for o in ops)),
+    # attention step 4: "wgmma fed by TMA" (4-D boxes over (D, S, H, B)), "setmaxnreg gives its
+    # registers away"; the backward: "wgmma.m64n64k16 ... dV, dK ... one bulk reduce-add" for dQ
+    ("attention/04_wgmma_tma.cu", "attention_forward_sm90I13__nv_bfloat16Li128", lambda ops: {
+        "HGMMA.64x128x16.F32.BF16", "UTMALDG.4D", "USETMAXREG.DEALLOC.CTAPOOL", "USETMAXREG.TRY_ALLOC.CTAPOOL"} <= set(ops)),
+    ("attention/04_wgmma_tma.cu", "attention_bwd_sm90I13__nv_bfloat16Li128", lambda ops: {
+        "HGMMA.64x64x16.F32.BF16", "HGMMA.64x128x16.F32.BF16", "UTMALDG.4D", "UBLKRED.G.S.ADD.F32.RN"} <= set(ops)),
     # attention step 3: "mma.sync m16n8k16 ... ldmatrix ... cp.async" (zero-filled 16-byte copies)
     ("attention/03_mma_sync.cu", "attention_forwardI13__nv_bfloat16Li128", lambda ops: "HMMA.16816.F32.BF16" in ops
      and any(o.startswith("LDSM") for o in ops) and any(o.startswith("LDGSTS.E.BYPASS.128") for o in ops)),
