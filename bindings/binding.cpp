@@ -18,7 +18,7 @@
 
 namespace rosetta_binding {
 
-enum class Layout : int { contiguous = 0, rows = 1, rows_or_cols = 2, tma = 3, any = 4 };  // ops/spec.py LAYOUTS
+enum class Layout : int { contiguous = 0, rows = 1, rows_or_cols = 2, tma = 3, any = 4, tma_rows = 5 };  // ops/spec.py LAYOUTS
 
 class Call {
  public:
@@ -49,11 +49,12 @@ class Call {
   bool fits(const at::Tensor& t) const {
     if (layout_ == Layout::any || t.numel() <= 1) return true;
     if (layout_ == Layout::rows) return t.dim() == 0 || t.stride(-1) == 1 || t.size(-1) == 1;
-    if (layout_ == Layout::rows_or_cols || layout_ == Layout::tma) {
+    if (layout_ == Layout::rows_or_cols || layout_ == Layout::tma || layout_ == Layout::tma_rows) {
       if (t.dim() < 2) return t.stride(-1) == 1;
       const int64_t rows = t.size(-2), cols = t.size(-1);
       const bool row_major = t.stride(-1) == 1 && t.stride(-2) >= cols;
-      if (!row_major && !(t.stride(-2) == 1 && t.stride(-1) >= rows)) return false;
+      const bool column_major = layout_ != Layout::tma_rows && t.stride(-2) == 1 && t.stride(-1) >= rows;
+      if (!row_major && !column_major) return false;
       if (layout_ == Layout::rows_or_cols) return true;
       // tma: the pitch and every outer stride (batch, heads) whole 16-byte units, the start too
       const int64_t pitch = row_major ? t.stride(-2) : t.stride(-1);

@@ -15,7 +15,7 @@ from .steps import Step, all_steps
 
 CXX_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}  # rosetta::DType in rosetta.cuh
-LAYOUT_CODES = {"contiguous": 0, "rows": 1, "rows_or_cols": 2, "tma": 3, "any": 4}  # rosetta_binding::Layout in binding.cpp
+LAYOUT_CODES = {"contiguous": 0, "rows": 1, "rows_or_cols": 2, "tma": 3, "any": 4, "tma_rows": 5}  # rosetta_binding::Layout in binding.cpp
 PARAM_TYPES = {float: "double", int: "int64_t"}
 
 

@@ -29,6 +29,8 @@ def test_layout_rules(name):
     assert fits_layout(t, "rows") == rows
     assert fits_layout(t, "rows_or_cols") == rows_or_cols
     assert fits_layout(t, "contiguous") == t.is_contiguous()
+    # tma_rows: tma's alignment, rows only (every case here is 16-byte aligned where it is a matrix)
+    assert fits_layout(t, "tma_rows") == (fits_layout(t, "tma") and t.stride(-1) == 1)
 
 
 def test_tma_step_gets_a_copy_of_a_broadcast_gradient():

@@ -18,10 +18,11 @@ HALF = (torch.bfloat16, torch.float16)  # what tensor-core steps take
 # rows_or_cols (a 2-D row- or column-major matrix with any leading dimension: what a TMA tensor
 # map describes); tma (rows_or_cols whose other strides, outer dimensions' included, and start are
 # 16-byte aligned: what a TMA tensor map can be made of, so the dispatcher copies any other tensor
-# into 16-byte rows); any
+# into 16-byte rows); tma_rows (tma with a unit last stride: a kernel whose boxes are rows, such as
+# attention's (batch, heads, seq, head_dim) tiles); any
 # (every stride the kernel's pointer arithmetic takes, even 0). A 1-D tensor fits the row layouts
 # when its one stride is 1.
-LAYOUTS = ("contiguous", "rows", "rows_or_cols", "tma", "any")
+LAYOUTS = ("contiguous", "rows", "rows_or_cols", "tma", "tma_rows", "any")
 ERROR_BLOCK_ELEMENTS = 2**24  # elements per block of rows when the error is measured in blocks
 
 
@@ -53,12 +54,13 @@ def fits_layout(t: torch.Tensor, layout: str) -> bool:
         return True
     if layout == "rows":
         return t.dim() == 0 or t.stride(-1) == 1 or t.shape[-1] == 1
-    if layout in ("rows_or_cols", "tma") and t.dim() < 2:
+    if layout in ("rows_or_cols", "tma", "tma_rows") and t.dim() < 2:
         return t.stride(-1) == 1
-    if layout in ("rows_or_cols", "tma"):
+    if layout in ("rows_or_cols", "tma", "tma_rows"):
         rows, cols = t.shape[-2:]
         row_major = t.stride(-1) == 1 and t.stride(-2) >= cols
-        if not (row_major or (t.stride(-2) == 1 and t.stride(-1) >= rows)):
+        column_major = layout != "tma_rows" and t.stride(-2) == 1 and t.stride(-1) >= rows
+        if not (row_major or column_major):
             return False
         if layout == "rows_or_cols":
             return True
@@ -73,7 +75,7 @@ def layout_copy(t: torch.Tensor, layout: str) -> torch.Tensor:
     """The copy a step gets of an input that breaks its layout: contiguous, except that for the
     row layouts the rows start on 16-byte boundaries (the pitch rounded up to 16 bytes), which is
     what 128-bit vector loads and TMA tensor maps need: the copy never turns a fast path away."""
-    if t.dim() < 2 or layout not in ("rows", "rows_or_cols", "tma"):
+    if t.dim() < 2 or layout not in ("rows", "rows_or_cols", "tma", "tma_rows"):
         return t.contiguous()
     per = max(16 // t.element_size(), 1)
     cols = t.shape[-1]

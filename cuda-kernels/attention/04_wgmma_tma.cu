@@ -47,13 +47,13 @@ Still:    not persistent: each block pays its Q load and pipeline fill with the 
           masked; at D = 64 each consumer reduces its own keys' dQ (two 16 KB adds a tile).
 Limits:   head_dim 64 or 128; q, k, v (and the backward's dout) with the head dim contiguous, a
           16-byte aligned base and batch / head / row strides in whole 16-byte units (the copy
-          engine's rules; Layout: tma makes the dispatcher copy anything else); out and lse at
+          engine's rules; Layout: tma_rows makes the dispatcher copy anything else); out and lse at
           any row strides (16-byte stores where out's rows allow). Sq, Sk < 2^31, ceil(Sq / 128)
           * B * H < 2^31 forward blocks and ceil(Sk / 128) * B * H backward blocks (else
           cudaErrorInvalidValue). The backward takes (B * H * ceil(Sq / 64) * 64) * (D + 2) fp32
           of workspace.
 Dtypes:   bfloat16, float16
-Layout:   tma
+Layout:   tma_rows
 */
 #include <climits>
 #include <cmath>

@@ -22,10 +22,10 @@ Still:    one instruction stream issues the copies, the two wgmma and the softma
 Limits:   TMA needs a 16-byte aligned base and batch, head and row strides that are multiples
           of 16 bytes (any dimension of size 1 excepted) for q, k, v, out and, backward, dO,
           dq, dk, dv; otherwise launch raises ValueError (steps 1 and 2 take any strides; the
-          dispatcher's tma layout copies inputs whose rows break the rule). The first call per
+          dispatcher's tma_rows layout copies inputs whose rows break the rule). The first call per
           (Sq, Sk, causal, head_dim, dtype) runs the autotuner.
 Dtypes:   bfloat16, float16
-Layout:   tma
+Layout:   tma_rows
 Mirrors:  the CUDA WGMMA/TMA steps (TMA tile loads, persistent tile scheduler), without warp
           specialization
 """
