@@ -47,6 +47,11 @@ def strided_cases(op, dtype, device, gen):
         cases = [("(B, S, H, D) storage, heads transposed in", tuple(t.transpose(1, 2) for t in (q, k, v)))]
         q, k, v = d.make_inputs((bsz, h, sq, sk, 2 * dim), dtype, device, gen)
         cases.append(("every other head_dim half: rows 2 D apart", (q[..., :dim], k[..., :dim], v[..., :dim])))
+        # column-major (S, D) matrices on 16-byte pitches: the tma layout would take them as they
+        # are, the row-box kernels cannot (tma_rows copies them)
+        q, k, v = (torch.randn((bsz, h, dim, -(-s_ // 8) * 8), generator=gen, device=device).to(dtype)[..., :s_]
+                   for s_ in (sq, sk, sk))
+        cases.append(("sequence-major storage: head_dim strided", tuple(t.transpose(-1, -2) for t in (q, k, v))))
     elif op == "matmul":
         m, k, n = shape
         wa, wb = d.make_inputs((m, 2 * k, 2 * n), dtype, device, gen)

@@ -56,31 +56,6 @@ def test_triton_step_causal_on_cpu(interpreter, cpu_gen, v, causal):
         check(v, shape, torch.float16, "cpu", cpu_gen, causal)
 
 
-def strided_like_a_projection(t):
-    """t's values with the sequence dim contiguous and the head dim strided (seq-major storage)."""
-    return t.transpose(-1, -2).contiguous().transpose(-1, -2)
-
-
-def check_seq_major_inputs(v, device, gen):
-    """A step's layout either takes q, k, v stored sequence-major or the dispatcher copies them:
-    the public call never turns such inputs away, and gives the row-major inputs' answer."""
-    q, k, v_ = make_inputs((1, 2, 40, 33, 64), torch.float16, device, gen)
-    expected = rosetta.attention(q, k, v_, backend=v.backend, step=v.step)
-    got = rosetta.attention(*map(strided_like_a_projection, (q, k, v_)), backend=v.backend, step=v.step)
-    torch.testing.assert_close(got, expected, rtol=2e-3, atol=2e-3)  # same math; a load path may differ
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("v", STEPS, ids=lambda v: v.label)
-def test_step_takes_sequence_major_inputs(gen, v):
-    check_seq_major_inputs(v, GPU, gen)
-
-
-@pytest.mark.parametrize("v", [v for v in STEPS if v.backend == "triton"], ids=lambda v: v.label)
-def test_triton_step_takes_sequence_major_inputs_on_cpu(interpreter, cpu_gen, v):
-    check_seq_major_inputs(v, "cpu", cpu_gen)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", rosetta.BACKENDS)
 @pytest.mark.parametrize("causal", (False, True))

@@ -21,6 +21,21 @@ WARPS_PER_SM = 64
 
 
 @triton.jit
+def column_sum(partial_ptr, rows, out_ptr, cols, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
+    """out[j] = sum over g < rows of partial[g, j] (fp32 rows of `cols`), for this program's
+    BLOCK_C columns, BLOCK_G rows a tile, in a fixed order: the partials' second pass."""
+    c_offs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_mask = c_offs < cols
+    g_offs = tl.arange(0, BLOCK_G)
+    acc = tl.zeros([BLOCK_G, BLOCK_C], tl.float32)
+    for g0 in range(0, rows, BLOCK_G):
+        g = g0 + g_offs
+        mask = (g < rows)[:, None] & c_mask[None, :]
+        acc += tl.load(partial_ptr + g[:, None].to(tl.int64) * cols + c_offs[None, :], mask=mask, other=0.0)
+    tl.store(out_ptr + c_offs, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit
 def partial_sum_kernel(
     partial_ptr,  # fp32 partials, contiguous (groups, cols): one row per backward program
     out_ptr,  # the sum over groups, (cols,), in the weight's dtype
@@ -29,15 +44,7 @@ def partial_sum_kernel(
     BLOCK_G: tl.constexpr,  # partial rows per tile
     BLOCK_C: tl.constexpr,  # columns per program
 ):
-    c_offs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    g_offs = tl.arange(0, BLOCK_G)
-    acc = tl.zeros([BLOCK_G, BLOCK_C], tl.float32)
-    for g0 in range(0, groups, BLOCK_G):
-        g = g0 + g_offs
-        mask = (g < groups)[:, None] & (c_offs < cols)[None, :]
-        acc += tl.load(partial_ptr + g[:, None].to(tl.int64) * cols + c_offs[None, :], mask=mask, other=0.0)
-    total = tl.sum(acc, axis=0)
-    tl.store(out_ptr + c_offs, total.to(out_ptr.dtype.element_ty), mask=c_offs < cols)
+    column_sum(partial_ptr, groups, out_ptr, cols, BLOCK_G, BLOCK_C)
 
 
 def empty_partials(sums, groups, cols, device):
@@ -171,29 +178,15 @@ def register_cap(per_sm, warps):
 
 
 @triton.jit
-def _column_sum(partial_ptr, count, out_ptr, cols, BLOCK_G: tl.constexpr, BLOCK_C: tl.constexpr):
-    c_offs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    c_mask = c_offs < cols
-    g_offs = tl.arange(0, BLOCK_G)
-    acc = tl.zeros([BLOCK_G, BLOCK_C], tl.float32)
-    for g0 in range(0, count, BLOCK_G):
-        g = g0 + g_offs
-        mask = (g < count)[:, None] & c_mask[None, :]
-        acc += tl.load(partial_ptr + g[:, None].to(tl.int64) * cols + c_offs[None, :], mask=mask, other=0.0)
-    tl.store(out_ptr + c_offs, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=c_mask)
-
-
-@triton.jit
 def counted_sum_kernel(
     partial_ptr,  # fp32 (groups, cols): rows [0, count) written by the backward
     count_ptr,  # int32 (1,): how many partial rows the backward wrote
     out_ptr,  # (cols,), in the parameter's dtype
-    groups,  # rows allocated (unused but for the stride below)
     cols,
     BLOCK_G: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
-    _column_sum(partial_ptr, tl.load(count_ptr), out_ptr, cols, BLOCK_G, BLOCK_C)
+    column_sum(partial_ptr, tl.load(count_ptr), out_ptr, cols, BLOCK_G, BLOCK_C)
 
 
 @triton.jit
@@ -210,9 +203,9 @@ def counted_sum2_kernel(
     # grid axis 1 picks the sum: both in one launch (two outputs, neither passed twice).
     count = tl.load(count_ptr)
     if tl.program_id(1) == 0:
-        _column_sum(partial_ptr, count, out0_ptr, cols, BLOCK_G, BLOCK_C)
+        column_sum(partial_ptr, count, out0_ptr, cols, BLOCK_G, BLOCK_C)
     else:
-        _column_sum(partial_ptr + groups.to(tl.int64) * cols, count, out1_ptr, cols, BLOCK_G, BLOCK_C)
+        column_sum(partial_ptr + groups.to(tl.int64) * cols, count, out1_ptr, cols, BLOCK_G, BLOCK_C)
 
 
 def sum_counted_partials(partial, count, *outs):
@@ -225,7 +218,7 @@ def sum_counted_partials(partial, count, *outs):
     warps = 16 if block_g * block_c >= 16384 else 8 if block_g * block_c >= 4096 else 4  # <= 32 fp32 a thread
     grid = (triton.cdiv(cols, block_c), sums)
     if sums == 1:
-        wrap_triton(counted_sum_kernel)[grid](partial, count, outs[0], groups, cols, BLOCK_G=block_g,
+        wrap_triton(counted_sum_kernel)[grid](partial, count, outs[0], cols, BLOCK_G=block_g,
                                               BLOCK_C=block_c, num_warps=warps)
     else:
         wrap_triton(counted_sum2_kernel)[grid](partial, count, outs[0], outs[1], groups, cols, BLOCK_G=block_g,

@@ -1,24 +1,18 @@
 /*
 Step 4 — FlashAttention-3 on Hopper, forward and backward: wgmma fed by TMA, warp-specialized
 Changed:  the forward block is 3 warpgroups over 128 queries: warpgroup 0 only copies (one thread
-          issues TMA boxes of Q once and of K, V per 128-key tile into a ring of 3 stages at D =
-          128, 4 at D = 64, each with full / empty mbarriers; setmaxnreg gives its registers
-          away), warpgroups 1-2 own 64 queries each and only compute. S = Q K^T is
-          wgmma.m64n128k16 with both operands read from swizzled shared memory; O += P V is
-          wgmma with P from registers (the S accumulators, softmax'ed and rounded, are exactly
-          its A fragments) and V read MN-major through the transpose bit. Each consumer issues
-          the next tile's Q K^T before its softmax of the current one and lets P V run under
-          that softmax (intra-warpgroup overlap), and the two consumers take turns at issuing
-          through named barriers, so one's exp2s run under the other's MMAs (ping-pong).
-          The backward (common/attention_sm90_backward.cuh) has the same shape turned around: a
-          block owns 128 keys (64 a consumer warpgroup, the producer streams 64-query tiles of
-          Q, dO and their lse / delta through a 2-stage ring) and keeps dK, dV in registers.
-          With keys as the M side, S^T = K Q^T and dP^T = V dO^T are wgmma.m64n64k16 from shared
-          memory, dV += P^T dO and dK += dS^T Q take P^T and dS^T straight from the accumulators
-          (as the forward's P V), and dQ = dS K reads dS^T back from shared memory through the
-          transpose bit; each tile's dQ partial (fp32) is added to a global accumulator by one
-          16 KB bulk reduce-add (cp.reduce.async.bulk) a consumer. A preprocess kernel computes
-          delta = rowsum(dO o O) and zeroes the accumulator, a postprocess one scales it into dQ.
+          issues TMA boxes of Q once and of K, V per 128-key tile into a 3-stage ring at D = 128,
+          4 at D = 64; setmaxnreg gives its registers away), warpgroups 1-2 own 64 queries each.
+          S = Q K^T is wgmma from swizzled shared memory; O += P V is wgmma with P from registers
+          (the softmax'ed S accumulators are its A fragments) and V read through the transpose
+          bit. Each consumer issues the next tile's Q K^T before its softmax and lets P V run
+          under it, and the two consumers take turns at issuing (named barriers), so one's exp2s
+          run under the other's MMAs (ping-pong). The backward (common/attention_sm90_backward.cuh)
+          turns it around: a block owns 128 keys, keeps dK, dV in registers and streams 64-query
+          tiles of Q, dO, lse, delta; with keys as M, P^T and dS^T feed dV += P^T dO and
+          dK += dS^T Q from registers, dQ = dS K reads dS^T back from shared memory, and each
+          tile's fp32 dQ partial is one bulk reduce-add into a global accumulator (a pre-kernel
+          computes delta and zeroes it, a post-kernel scales it into dQ).
 Why:      step 3's mma.sync peaks near 2/3 of Hopper's dense tensor rate and every warp stalls
           on its own ldmatrix / exp2 / MMA chain; wgmma reads K and V straight from shared memory
           at the full 989 TFLOP/s rate. A 128 x 128 tile is 4.2 M MACs per consumer pair, ~2,050
