@@ -221,16 +221,23 @@ _GRAPHS = {}
 
 def sdpa_backward(backend):
     """SDPA's backward alone with one backend forced: its forward runs once per input set (the
-    bench's warm-up call), then each call is torch.autograd.grad on the kept graph."""
+    bench's warm-up call), then each call is torch.autograd.grad on the kept graph. The bench
+    captures each call in a CUDA graph that reads the kept forward's saved tensors at their
+    addresses, and times the subjects of one shape in turns: every kept forward of that shape
+    (each backend, each input layout) stays alive until a new shape arrives (freeing one while
+    another subject's graph still replays it read freed memory: an illegal address once
+    torch.cuda.empty_cache had released it)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     which = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
              "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
 
     def run(q, k, v, out, lse, dout, outs, causal=0, scale=SCALE):
-        key = (backend, q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), causal, scale)
+        shape = (q.shape, k.shape, q.dtype, causal, scale)
+        key = (backend, q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), shape)
         if key not in _GRAPHS:
-            _GRAPHS.clear()  # one input set at a time: a graph holds its activations
+            if any(kept[-1] != shape for kept in _GRAPHS):
+                _GRAPHS.clear()  # a new shape: the last shape's subjects are done
             leaves = tuple(t.detach().requires_grad_() for t in (q, k, v))
             with sdpa_kernel(which):
                 o = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=bool(causal), scale=scale)
