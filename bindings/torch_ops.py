@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import torch
 
-from . import cuda_build
+from . import cuda_build, triton_launch
 from .ops import SPECS
 from .ops.spec import as_tuple, fits_layout, layout_copy
 from .steps import REPO, Step, all_steps
@@ -57,6 +57,8 @@ def triton_module(v: Step):
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
+        for loaded in [m for n, m in sys.modules.items() if n.startswith("rosetta.triton_kernels.")]:
+            triton_launch.install(loaded)  # the step and the shared modules it imported
     return sys.modules[name]
 
 

@@ -58,6 +58,21 @@ def test_launch_into_overwrites_poisoned_output(gen, v, dtype, direction):
     assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out, direction=direction), direction)
 
 
+@pytest.mark.parametrize("v,direction", [(v, d) for v in VARIANTS if v.backend == "triton"
+                                          for d in SPECS[v.op].directions()], ids=lambda p: getattr(p, "label", str(p)))
+def test_repeated_calls_launch_from_the_cache(gen, v, direction):
+    """An eager Triton launch repeated with the same specialization runs the compiled kernel it
+    recorded (rosetta.triton_launch): fresh data and a NaN-filled output on each of three launches
+    of every test shape must still match."""
+    for shape in SPECS[v.op].test_shapes:
+        for _ in range(3):
+            inputs = make_inputs(v.op, shape, v.dtypes[0], GPU, gen, direction)
+            if not fits(v, inputs):
+                break
+            out = poisoned_output(v.op, inputs, direction)
+            assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out, direction=direction), direction)
+
+
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
 def test_public_path_fills_a_recycled_nan_block(gen, v):
     """The caching allocator hands out a block just freed: fill one with NaN first, so a step
