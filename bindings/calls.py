@@ -119,14 +119,24 @@ def direct(v, direction: str, inputs: tuple | None = None):
                                        for name, t in zip(d.inputs, inputs))
     if as_is:
         outs_like = as_tuple(allocate(*(torch.empty_like(t, device="meta") for t in inputs)))  # no memory
-        named = (*zip(d.inputs, inputs), *zip(d.outputs, outs_like))
-        if all(spec.view(name, t).shape == t.shape for name, t in named):
+        in_views = [_view_if_needed(spec, name, t) for name, t in zip(d.inputs, inputs)]
+        out_views = [_view_if_needed(spec, name, t) for name, t in zip(d.outputs, outs_like)]
+        if not any(in_views) and not any(out_views):
             def run_plain(*args):  # the kernel takes the tensors as they are (e.g. 2-D softmax rows)
                 tensors = args[:n]
                 out = allocate(*tensors)
                 raw(*tensors, *(out if several else (out,)), *args[n:])
                 return out
             return run_plain
+        if not any(in_views) and not several:
+            out_view = out_views[0]
+
+            def run_out_viewed(*args):  # e.g. reduce_sum's 0-dim output, a 1-element vector to its kernel
+                tensors = args[:n]
+                out = allocate(*tensors)
+                raw(*tensors, out_view(out), *args[n:])
+                return out
+            return run_out_viewed
 
     def run(*args):
         tensors = args[:n]
@@ -137,6 +147,14 @@ def direct(v, direction: str, inputs: tuple | None = None):
         return out
 
     return run
+
+
+def _view_if_needed(spec, name: str, example):
+    """The kernel's view of the tensor called `name` as a function, or None where that view is the
+    tensor itself (same shape) for `example`'s signature."""
+    if spec.view(name, example).shape == example.shape:
+        return None
+    return lambda t: spec.view(name, t)
 
 
 def _viewable(spec, name: str, t) -> bool:
