@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import rosetta
-from cases import make_inputs
+from cases import make_inputs, poisoned_output
 from helpers import GPU, assert_matches_reference
 from rosetta.dispatch import fits
 from rosetta.ops import SPECS
@@ -241,3 +241,56 @@ def test_backward_strided_inputs(gen, v, dtype, shape):
             assert_matches_reference(v, (y, dy), v.backward(y, dy), "backward")
         except AssertionError as e:
             raise AssertionError(f"{name}: {e}") from None
+
+
+# ---- rows off 16 bytes: odd row lengths and storage offsets ---------------------------------------
+
+# An odd 16-bit row length puts every row but the first off 16 bytes; a view k elements into a
+# wider tensor moves the first row too, and leaves the (contiguous) output at another misalignment
+# than the input. CUDA steps 5-6 read such rows as the 16-byte vectors of memory they overlap,
+# element by element only in the first and last, and store through the same vectors only where
+# the output shares the input's misalignment. The shapes: (9, 5) rows shorter than one vector;
+# (6, 1001) step 5's warp tiles; (4, 12345) its 512-thread register tiles; (3, 16383) one vector
+# past the register tiles once shifted (step 5's row in shared memory); (2, 20001) and (3, 50257)
+# (the vocabulary row) step 5's row in shared memory (fp32 backward: too long, refused) and step
+# 6's clusters. CUDA steps only: no Triton compile per new row length.
+UNALIGNED_SHAPES = [(9, 5), (6, 1001), (4, 12345), (3, 16383), (2, 20001), (3, 50257)]
+CUDA_STEPS = rosetta.variants("softmax", "cuda")
+
+
+def at_offset(t: torch.Tensor, k: int) -> torch.Tensor:
+    """t's values in a view k elements into each row of a NaN-filled tensor 8 elements wider: row
+    pitches the same modulo 16 bytes as t's, every row k elements further on, and NaN just past
+    both ends of each row (a read outside the row poisons it)."""
+    rows, cols = t.shape
+    wide = torch.full((rows, cols + 8), float("nan"), dtype=t.dtype, device=t.device)
+    view = wide[:, k:k + cols]
+    view.copy_(t)
+    return view
+
+
+@pytest.mark.parametrize("shape", UNALIGNED_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("v", CUDA_STEPS, ids=lambda v: v.label)
+def test_rows_off_16_bytes(gen, v, dtype, shape):
+    """Forward: x contiguous, and k = 1, 3, 7 elements in (input and output misaligned apart).
+    Backward: y and dy each 0-6 elements in (dx contiguous): all three alike, y apart, dy apart,
+    dx apart, all apart. Into NaN-filled outputs: every element must be written."""
+    x = make_inputs("softmax", shape, dtype, GPU, gen)[0]
+    forward = [("contiguous", (x,))] + [(f"{k} in", (at_offset(x, k),)) for k in (1, 3, 7)]
+    y, dy = make_inputs("softmax", shape, dtype, GPU, gen, "backward")
+    backward = [(f"y {ky} in, dy {kg} in", (at_offset(y, ky), at_offset(dy, kg)))
+                for ky, kg in ((0, 0), (1, 0), (0, 1), (1, 1), (3, 6))]
+    ran = 0
+    for direction, cases in (("forward", forward), ("backward", backward)):
+        for name, inputs in cases:
+            if not fits(v, inputs):  # steps 7-8 (unaligned rows), step 6 (short rows), step 5 (long)
+                continue
+            out = v.launch_into(*inputs, out=poisoned_output("softmax", inputs, direction), direction=direction)
+            try:
+                assert_matches_reference(v, inputs, out, direction)
+            except AssertionError as e:
+                raise AssertionError(f"{direction}, {name}: {e}") from None
+            ran += 1
+    if v.label.endswith(("05_row_on_chip", "06_cluster")) and shape[1] > 16384:
+        assert ran, f"{v.label} took none of the cases"

@@ -166,6 +166,16 @@ SASS_CLAIMS = [
      lambda ops: ops.count("LDG.E.EL.128") == 4 and "LDG.E.128.CONSTANT" not in ops),
     ("softmax/05_row_on_chip.cu", "backward_block_rowI13__nv_bfloat16Li256ELi16ELi5ELb1ELNS_6L2HintE0EE",
      lambda ops: ops.count("LDG.E.128.CONSTANT") == 4 and not {"LDG.E.EF.128", "LDG.E.EL.128"} & set(ops)),
+    # rows off 16 bytes: "read as the 16-byte vectors of memory it overlaps" (8 loads in flight a thread),
+    # written through whole 16-byte stores, never split into 4-byte ones (STG.E in a 16-bit kernel)
+    ("softmax/05_row_on_chip.cu", "softmax_row_in_smemI13__nv_bfloat16E", lambda ops: ops.count("LDG.E.128.CONSTANT") == 8
+     and "STG.E.128" in ops and "STG.E" not in ops),
+    ("softmax/05_row_on_chip.cu", "backward_row_in_smemI13__nv_bfloat16E", lambda ops: ops.count("LDG.E.128.CONSTANT") == 6
+     and "STG.E.128" in ops and "STG.E" not in ops),
+    ("softmax/06_cluster.cu", "softmax_clusterI13__nv_bfloat16E", lambda ops: ops.count("LDG.E.128.CONSTANT") == 8
+     and "STG.E.128" in ops and "STG.E" not in ops),
+    ("softmax/06_cluster.cu", "backward_clusterI13__nv_bfloat16E", lambda ops: ops.count("LDG.E.128.CONSTANT") == 6
+     and "STG.E.128" in ops and "STG.E" not in ops),
     # "loads 32 elements ... per tensor (8 16-byte vectors of fp32)" and "lane r stores ... with st.async"
     ("softmax/07_cluster_registers.cu", "softmax_cluster_registersIfE",
      lambda ops: "STAS.64" in ops and ops.count("LDG.E.128.CONSTANT") == 8),

@@ -1,5 +1,6 @@
 // Pieces of the softmax ladder that later steps share, each taught by the first step that uses it:
 //   load_vec / store_vec           a row's 16-byte vectors, masked and scalar off the aligned path  step 3
+//   shift, load_at / store_at      a row off 16 bytes read as the 16-byte vectors it overlaps       step 5
 //   Online, merge, block_merge     (max, sum of exp) pairs merged in one pass, -inf-safe           step 4
 //   row_grid                       a block per row, the grid capped at 2^31 - 1 blocks              step 4
 //   max_dynamic_smem               the opt-in shared memory a block may ask for                    step 5
@@ -50,6 +51,56 @@ __device__ __forceinline__ void store_vec(T* row, int64_t c, int64_t n, bool vec
       if (c + k < n) row[c + k] = reinterpret_cast<const T*>(&v.raw)[k];
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rows off a 16-byte boundary (steps 5-6). A row that starts s = shift(row) elements past a
+// boundary is read as the 16-byte vectors of memory it overlaps: vector j holds elements
+// [j V - s, j V - s + V), ceil((n + s) / V) vectors cover it, and only the first (its head of
+// V - s elements) and the last are partial. Another tensor of the same row (the output; the
+// backward's dy and dx) goes through the same vectors: whole 16-byte accesses where it starts s
+// elements past a boundary too, element by element where it does not.
+
+// Elements from the 16-byte boundary at or before p to p (p holds whole elements: < kVec).
+template <typename T>
+__device__ __forceinline__ int shift(const T* p) {
+  return int(reinterpret_cast<uintptr_t>(p) % 16 / sizeof(T));
+}
+
+// Vector j of a row of n that starts s elements past a boundary (its elements c = j V - s + k):
+// one 16-byte load from the boundary when `vec` (the row does start s past one) and the vector
+// lies inside [0, n), else element by element, `fill` outside the row. 32-bit indices: rows on
+// chip are far shorter than 2^31. Addressed as vector j of row - s: addressed as row + c, nvcc
+// 13 split store_at's 16-byte store into four 4-byte ones; __ldg keeps step 6's loads on the
+// read-only path (LDG.E.128.CONSTANT), which it otherwise lost.
+template <typename T>
+__device__ __forceinline__ Vec16<T> load_at(const T* row, int s, int j, int n, bool vec, float fill) {
+  const int c = j * kVec<T> - s;
+  Vec16<T> v;
+  if (vec && c >= 0 && c + kVec<T> <= n) {
+    v.raw = __ldg(reinterpret_cast<const uint4*>(row - s) + j);  // read-only: the kernels' inputs
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) v.set(k, unsigned(c + k) < unsigned(n) ? to_float(__ldg(row + c + k)) : fill);
+  }
+  return v;
+}
+
+// The store that matches load_at: elements outside [0, n) are not written.
+template <typename T>
+__device__ __forceinline__ void store_at(T* row, int s, int j, int n, bool vec, const Vec16<T>& v) {
+  const int c = j * kVec<T> - s;
+  if (vec && c >= 0 && c + kVec<T> <= n) {
+    reinterpret_cast<uint4*>(row - s)[j] = v.raw;
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k)
+      if (unsigned(c + k) < unsigned(n)) row[c + k] = reinterpret_cast<const T*>(&v.raw)[k];
+  }
+}
+
+// The backward's vectors (y, dy and dx each start shift() elements past a boundary): y's, unless
+// dy and dx share a shift that y lacks (two tensors of three whole, not one).
+__device__ __forceinline__ int backward_shift(int y, int dy, int dx) { return dy == dx && y != dy ? dy : y; }
 
 // ---------------------------------------------------------------------------------------------
 // Online softmax (step 4): Milakov & Gimelshein 2018. A pair (m, d) stands for "max m, and the
@@ -134,6 +185,13 @@ inline unsigned row_grid(int64_t rows, int64_t rows_per_block = 1) {
 template <typename T>
 bool rows_aligned(const T* p, int64_t stride) {
   return aligned16(p) && stride % kVec<T> == 0;
+}
+
+// Elements to add to cols where shifted rows may need one vector more (ceil((cols + s) / V) with
+// s < V): none when every row of the input(s) starts on 16 bytes (s = 0).
+template <typename T>
+int64_t shift_pad(bool aligned) {
+  return aligned ? 0 : kVec<T> - 1;
 }
 
 // The longest row step 5 holds in registers (its block tiles: 512 threads x 32 values); steps 6-8

@@ -18,18 +18,26 @@ Changed:  the row is read once, kept on the SM while its max and sum are reduced
           backward issues all of y's and dy's loads before converting any. Backward: y and dy
           both stay on chip (registers, or shared memory up to ~226 KB for the two): 2 reads +
           1 write. The register tiles give their loads an L2 priority (pick_load_hint: evict-
-          last or evict-first by what overflows the L2).
+          last or evict-first by what overflows the L2). A row off 16 bytes (odd 16-bit rows:
+          all but the first) is read as the 16-byte vectors of memory it overlaps, element-wise
+          only in the first and last (sm::load_at); the output, dy and dx take the same vectors
+          where they share the input's misalignment (backward: y's, or dy's where dy and dx
+          share one y lacks), element-wise where they do not.
 Why:      2 reads + 1 write (3n) -> 1 read + 1 write (2n), the minimum: up to 3/2 faster where
           the second read came from DRAM, and for short rows it removes the L2 re-read that
           held step 4 below the DRAM ceiling. Bytes in flight: fp32 4096 x 4096 runs 256-thread
           blocks with 16 values a thread (~40 registers: 6 blocks x 16 KB = 96 KB per SM, far
           past the ~20 KB needed); 4096 x 1024 fits the whole problem in one wave of warps.
+          Unaligned rows: one 16-byte load in place of 8 2-byte ones (4 for fp32), so 16-bit
+          rows such as bf16 4096 x 50257 issue 8x fewer loads and stores (predicted: near the
+          aligned rows' bandwidth).
 Still:    rows longer than one SM's shared memory (bf16 4096 x 131072: 256 KB; fp32 4096 x
           262144: 1 MB) do not fit at all, and a 226 KB row leaves one block per SM whose load
           and write phases do not overlap. Step 6 spreads such a row over a thread-block cluster.
 Limits:   rows past one SM's 227 KB of shared memory (fp32 > 58,112 elements, 16-bit > 116,224;
-          backward, y and dy together, half that) are refused before launch (`Max: row_bytes`);
-          step 4 (any row) and steps 6-8 (long rows) take them.
+          backward, y and dy together, half that; rows off 16 bytes hold one vector more) are
+          refused before launch (`Max: row_bytes`); step 4 (any row) and steps 6-8 (long rows)
+          take them.
 Layout:   rows
 Max:      row_bytes <= 232448
 */
@@ -46,10 +54,11 @@ using rosetta::Sum;
 using rosetta::Vec16;
 using sm::kMaxRegisterCols;
 using sm::kVec;
-using sm::load_vec;
+using sm::load_at;
 using sm::row_grid;
 using sm::rows_aligned;
-using sm::store_vec;
+using sm::shift;
+using sm::store_at;
 
 // ---------------------------------------------------------------------------------------------
 // Rows of up to 16,384 elements: the row in registers. A "group" (a warp, or the whole block)
@@ -91,8 +100,9 @@ struct RowTile {
 
   // kWhole: the host checked that every row starts on 16 bytes and cols % V == 0, so each vector
   // is wholly inside the row or wholly past its end: one predicated 16-byte load (`fill` past the
-  // end) and no branch. Else vector by vector, element-wise where a vector is unaligned or crosses
-  // the end. Raw vectors first, unpack() later: with two tiles, both tiles' loads issue before the
+  // end) and no branch. Else vector by vector through the row's shifted vectors (load_at: s
+  // elements before the row, 16-byte loads where `vec`), element-wise where a vector crosses
+  // an end. Raw vectors first, unpack() later: with two tiles, both tiles' loads issue before the
   // first conversion waits on one (load_pair).
   // kHint: the L2 eviction priority the loads give their lines (see pick_load_hint).
   template <L2Hint kHint>
@@ -113,24 +123,22 @@ struct RowTile {
       for (int k = 0; k < V; ++k) v[i][k] = p[i].get(k);
   }
   template <bool kWhole, L2Hint kHint>
-  __device__ __forceinline__ void load(const T* row, int64_t cols, int t, float fill) {
+  __device__ __forceinline__ void load(const T* row, int64_t cols, int t, float fill, int s, bool vec) {
     if constexpr (kWhole) {
       Raw p;
       fetch<kHint>(p, row, int(cols), t, fill);
       unpack(p);
     } else {
-      const bool vec = aligned16(row);
 #pragma unroll
       for (int i = 0; i < kVecs; ++i) {  // all kVecs loads issue before the first use below
-        const Vec16<T> p = load_vec(row, col(i, t), cols, vec, fill);
+        const Vec16<T> p = load_at(row, s, i * kGroup + t, int(cols), vec, fill);
 #pragma unroll
         for (int k = 0; k < V; ++k) v[i][k] = p.get(k);
       }
     }
   }
   template <bool kWhole>
-  __device__ __forceinline__ void store(T* row, int64_t cols, int t) const {
-    const bool vec = kWhole || aligned16(row);
+  __device__ __forceinline__ void store(T* row, int64_t cols, int t, int s, bool vec) const {
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       Vec16<T> p;
@@ -139,17 +147,19 @@ struct RowTile {
       if constexpr (kWhole) {
         if (int(col(i, t)) < int(cols)) *reinterpret_cast<uint4*>(row + col(i, t)) = p.raw;
       } else {
-        store_vec(row, col(i, t), cols, vec, p);
+        store_at(row, s, i * kGroup + t, int(cols), vec, p);
       }
     }
   }
 };
 
-// Both tiles of a backward row (y and dy, 0 past the end). On the whole-vector path every load of
-// both issues before the first conversion; two load() calls on the element-wise path would wait
-// for y's data before asking for dy's (each vector's branch keeps its conversion in front).
+// Both tiles of a backward row (y and dy, 0 past the end; the row's vectors `s` elements before
+// it, each tile's 16-byte loads where its `vec`). On the whole-vector path every load of both
+// issues before the first conversion; two load() calls on the element-wise path would wait for
+// y's data before asking for dy's (each vector's branch keeps its conversion in front).
 template <bool kWhole, L2Hint kHint, typename Tile, typename T>
-__device__ __forceinline__ void load_pair(Tile& a, const T* ra, Tile& b, const T* rb, int64_t cols, int t) {
+__device__ __forceinline__ void load_pair(Tile& a, const T* ra, bool va, Tile& b, const T* rb, bool vb, int64_t cols,
+                                          int t, int s) {
   if constexpr (kWhole) {
     typename Tile::Raw pa, pb;
     a.template fetch<kHint>(pa, ra, int(cols), t, 0.0f);
@@ -157,8 +167,8 @@ __device__ __forceinline__ void load_pair(Tile& a, const T* ra, Tile& b, const T
     a.unpack(pa);
     b.unpack(pb);
   } else {
-    a.template load<false, L2Hint::kNormal>(ra, cols, t, 0.0f);
-    b.template load<false, L2Hint::kNormal>(rb, cols, t, 0.0f);
+    a.template load<false, L2Hint::kNormal>(ra, cols, t, 0.0f, s, va);
+    b.template load<false, L2Hint::kNormal>(rb, cols, t, 0.0f, s, vb);
   }
 }
 
@@ -220,10 +230,13 @@ softmax_warp_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out,
   const int lane = threadIdx.x % 32;
   const int64_t step = int64_t(gridDim.x) * kWarps;
   for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows; row += step) {
+    const T* in = x + row * x_stride;
+    const int s = kWhole ? 0 : shift(in);  // the input's own vectors; the output's too where it shares s
     RowTile<T, 32, kElems> tile;
-    tile.template load<kWhole, kHint>(x + row * x_stride, cols, lane, -INFINITY);
+    tile.template load<kWhole, kHint>(in, cols, lane, -INFINITY, s, true);
     softmax_tile(tile, WarpAllReduce{});
-    tile.template store<kWhole>(out + row * cols, cols, lane);
+    T* o = out + row * cols;
+    tile.template store<kWhole>(o, cols, lane, s, shift(o) == s);
   }
 }
 
@@ -234,10 +247,13 @@ template <typename T, int kThreads, int kElems, int kMinBlocks, bool kWhole, L2H
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
 softmax_block_row(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t cols) {
   __shared__ float scratch[kThreads / 32];
+  const T* in = x + blockIdx.x * x_stride;
+  const int s = kWhole ? 0 : shift(in);
   RowTile<T, kThreads, kElems> tile;
-  tile.template load<kWhole, kHint>(x + blockIdx.x * x_stride, cols, threadIdx.x, -INFINITY);
+  tile.template load<kWhole, kHint>(in, cols, threadIdx.x, -INFINITY, s, true);
   softmax_tile(tile, BlockAllReduce<kThreads>{scratch});
-  tile.template store<kWhole>(out + blockIdx.x * cols, cols, threadIdx.x);
+  T* o = out + blockIdx.x * cols;
+  tile.template store<kWhole>(o, cols, threadIdx.x, s, shift(o) == s);
 }
 
 template <typename T, int kElems, bool kWhole, L2Hint kHint>
@@ -248,10 +264,14 @@ backward_warp_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict
   const int lane = threadIdx.x % 32;
   const int64_t step = int64_t(gridDim.x) * kWarps;
   for (int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows; row += step) {
+    const T* yr = y + row * y_stride;
+    const T* gr = dy + row * dy_stride;
+    const int s = kWhole ? 0 : sm::backward_shift(shift(yr), shift(gr), shift(dx + row * cols));
     RowTile<T, 32, kElems> ty, tg;
-    load_pair<kWhole, kHint>(ty, y + row * y_stride, tg, dy + row * dy_stride, cols, lane);
+    load_pair<kWhole, kHint>(ty, yr, shift(yr) == s, tg, gr, shift(gr) == s, cols, lane, s);
     backward_tile(ty, tg, WarpAllReduce{});
-    tg.template store<kWhole>(dx + row * cols, cols, lane);
+    T* o = dx + row * cols;
+    tg.template store<kWhole>(o, cols, lane, s, shift(o) == s);
   }
 }
 
@@ -260,10 +280,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 backward_block_row(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
                    T* __restrict__ dx, int64_t cols) {
   __shared__ float scratch[kThreads / 32];
+  const T* yr = y + blockIdx.x * y_stride;
+  const T* gr = dy + blockIdx.x * dy_stride;
+  const int s = kWhole ? 0 : sm::backward_shift(shift(yr), shift(gr), shift(dx + blockIdx.x * cols));
   RowTile<T, kThreads, kElems> ty, tg;
-  load_pair<kWhole, kHint>(ty, y + blockIdx.x * y_stride, tg, dy + blockIdx.x * dy_stride, cols, threadIdx.x);
+  load_pair<kWhole, kHint>(ty, yr, shift(yr) == s, tg, gr, shift(gr) == s, cols, threadIdx.x, s);
   backward_tile(ty, tg, BlockAllReduce<kThreads>{scratch});
-  tg.template store<kWhole>(dx + blockIdx.x * cols, cols, threadIdx.x);
+  T* o = dx + blockIdx.x * cols;
+  tg.template store<kWhole>(o, cols, threadIdx.x, s, shift(o) == s);
 }
 
 // The register tiles: warp(kElems) runs a warp per row, block(kThreads, kElems, kMinBlocks) a
@@ -374,11 +398,11 @@ void for_row_blocks(int64_t rows, Launch launch) {
 template <typename T>
 bool launch_forward_in_registers(const T* x, int64_t x_stride, T* out, int64_t rows, int64_t cols,
                                  cudaStream_t stream) {
-  const bool whole = cols % kVec<T> == 0 && rows_aligned(x, x_stride) && aligned16(out);
+  const bool aligned = rows_aligned(x, x_stride), whole = cols % kVec<T> == 0 && aligned && aligned16(out);
   const int64_t bytes = rows * cols * int64_t(sizeof(T));
   const L2Hint hint = pick_load_hint(bytes, bytes);
   return pick_forward_tile<T>(
-      cols,
+      cols + sm::shift_pad<T>(aligned),  // a tile that holds the shifted row's vectors
       [&](auto elems) {
         by_path(whole, hint, [&](auto w, auto h) {
           softmax_warp_row<T, decltype(elems)::value, decltype(w)::value, decltype(h)::value>
@@ -400,11 +424,12 @@ bool launch_forward_in_registers(const T* x, int64_t x_stride, T* out, int64_t r
 template <typename T>
 bool launch_backward_in_registers(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
                                   int64_t rows, int64_t cols, cudaStream_t stream) {
-  const bool whole = cols % kVec<T> == 0 && rows_aligned(y, y_stride) && rows_aligned(dy, dy_stride) && aligned16(dx);
+  const bool aligned = rows_aligned(y, y_stride) && rows_aligned(dy, dy_stride);
+  const bool whole = cols % kVec<T> == 0 && aligned && aligned16(dx);
   const int64_t bytes = rows * cols * int64_t(sizeof(T));
   const L2Hint hint = pick_load_hint(2 * bytes, bytes);
   return pick_backward_tile<T>(
-      cols,
+      cols + sm::shift_pad<T>(aligned),
       [&](auto elems) {
         by_path(whole, hint, [&](auto w, auto h) {
           backward_warp_row<T, decltype(elems)::value, decltype(w)::value, decltype(h)::value>
@@ -432,27 +457,29 @@ constexpr int kSmemThreads = 512;
 constexpr int kBatch = 8;          // 16-byte vectors in flight per thread (forward)
 constexpr int kBatchBackward = 3;  // per tensor: y and dy (4 spills at 64 registers)
 
-// The row in shared memory as 16-byte vectors of T (the last one padded with -inf). Thread t
+// The row in shared memory as the 16-byte vectors of memory it overlaps (shift, load_at: vector i
+// holds elements [i V - s, i V - s + V), -inf outside the row; s = 0 on 16 bytes). Thread t
 // stores vectors t, t + 512, ... and later reads back exactly those: no barrier is needed
 // between the load loop and the write loop, nor before the next row overwrites them.
 template <typename T>
 __global__ void __launch_bounds__(kSmemThreads, 2)
 softmax_row_in_smem(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int cols) {
   constexpr int V = kVec<T>;
-  extern __shared__ uint4 row_smem[];  // ceil(cols / V) vectors
+  extern __shared__ uint4 row_smem[];  // ceil((cols + s) / V) vectors
   __shared__ sm::Online scratch[kSmemThreads / 32];
-  const int vecs = (cols + V - 1) / V;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {  // block-uniform: barriers inside
     const T* in = x + row * x_stride;
     T* o = out + row * cols;
-    const bool vin = aligned16(in), vout = aligned16(o);
+    const int s = shift(in);               // the input's own vectors: 16-byte loads but the ends
+    const bool vout = shift(o) == s;       // the output's: 16-byte stores where it has the same shift
+    const int vecs = (cols + s + V - 1) / V;
     sm::Online t = sm::Online::empty();
     for (int i0 = threadIdx.x; i0 < vecs; i0 += kBatch * kSmemThreads) {
       Vec16<T> v[kBatch];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {  // all loads issue before the first store
         const int i = i0 + b * kSmemThreads;
-        if (i < vecs) v[b] = load_vec(in, int64_t(i) * V, cols, vin, -INFINITY);
+        if (i < vecs) v[b] = load_at(in, s, i, cols, true, -INFINITY);
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b)
@@ -467,27 +494,30 @@ softmax_row_in_smem(const T* __restrict__ x, int64_t x_stride, T* __restrict__ o
       Vec16<T> v{row_smem[i]};
 #pragma unroll
       for (int k = 0; k < V; ++k) v.set(k, __expf(v.get(k) - r.m) * inv);  // r.m = -inf: NaN, as torch
-      store_vec(o, int64_t(i) * V, cols, vout, v);
+      store_at(o, s, i, cols, vout, v);
     }
   }
 }
 
-// y in vectors [0, vecs), dy in [vecs, 2 vecs) of shared memory; the same ownership as above.
+// y in the first `slots` vectors of shared memory, dy in the next (slots: what the host gave the
+// longest shifted row); both through the row's vectors (sm::backward_shift), the same ownership
+// as above.
 template <typename T>
 __global__ void __launch_bounds__(kSmemThreads, 2)
 backward_row_in_smem(const T* __restrict__ y, int64_t y_stride, const T* __restrict__ dy, int64_t dy_stride,
-                     T* __restrict__ dx, int64_t rows, int cols) {
+                     T* __restrict__ dx, int64_t rows, int cols, int slots) {
   constexpr int V = kVec<T>;
-  extern __shared__ uint4 row_smem[];  // 2 x ceil(cols / V) vectors
+  extern __shared__ uint4 row_smem[];  // 2 x slots vectors
   __shared__ float scratch[kSmemThreads / 32];
-  const int vecs = (cols + V - 1) / V;
   uint4* const y_smem = row_smem;
-  uint4* const dy_smem = row_smem + vecs;
+  uint4* const dy_smem = row_smem + slots;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* yr = y + row * y_stride;
     const T* gr = dy + row * dy_stride;
     T* o = dx + row * cols;
-    const bool vy = aligned16(yr), vg = aligned16(gr), vo = aligned16(o);
+    const int s = sm::backward_shift(shift(yr), shift(gr), shift(o));
+    const bool vy = shift(yr) == s, vg = shift(gr) == s, vo = shift(o) == s;
+    const int vecs = (cols + s + V - 1) / V;
     float dot = 0.0f;
     for (int i0 = threadIdx.x; i0 < vecs; i0 += kBatchBackward * kSmemThreads) {
       Vec16<T> a[kBatchBackward], b[kBatchBackward];
@@ -495,8 +525,8 @@ backward_row_in_smem(const T* __restrict__ y, int64_t y_stride, const T* __restr
       for (int u = 0; u < kBatchBackward; ++u) {
         const int i = i0 + u * kSmemThreads;
         if (i < vecs) {
-          a[u] = load_vec(yr, int64_t(i) * V, cols, vy, 0.0f);  // 0 past the end: 0 * 0 adds nothing
-          b[u] = load_vec(gr, int64_t(i) * V, cols, vg, 0.0f);
+          a[u] = load_at(yr, s, i, cols, vy, 0.0f);  // 0 outside the row: 0 * 0 adds nothing
+          b[u] = load_at(gr, s, i, cols, vg, 0.0f);
         }
       }
 #pragma unroll
@@ -516,15 +546,15 @@ backward_row_in_smem(const T* __restrict__ y, int64_t y_stride, const T* __restr
       Vec16<T> r;
 #pragma unroll
       for (int k = 0; k < V; ++k) r.set(k, a.get(k) * (b.get(k) - dot));
-      store_vec(o, int64_t(i) * V, cols, vo, r);
+      store_at(o, s, i, cols, vo, r);
     }
   }
 }
 
-// Bytes of shared memory for `tensors` rows of cols elements held as whole 16-byte vectors.
+// 16-byte vectors of shared memory for a row of cols elements (cols + shift_pad: the longest shifted row).
 template <typename T>
-int64_t smem_bytes(int64_t cols, int tensors) {
-  return tensors * rosetta::ceil_div(cols, kVec<T>) * 16;
+int64_t smem_slots(int64_t cols) {
+  return rosetta::ceil_div(cols, kVec<T>);
 }
 
 }  // namespace
@@ -538,7 +568,7 @@ cudaError_t softmax_05_row_on_chip(const rosetta::SoftmaxArgs& a, cudaStream_t s
     const T* x = a.x.ptr<const T>();
     T* out = a.out.ptr<T>();
     if (launch_forward_in_registers(x, a.x.stride[0], out, rows, cols, stream)) return;
-    const int64_t bytes = smem_bytes<T>(cols, 1);
+    const int64_t bytes = smem_slots<T>(cols + sm::shift_pad<T>(rows_aligned(x, a.x.stride[0]))) * 16;
     if (bytes > sm::max_dynamic_smem()) {
       status = cudaErrorInvalidValue;  // too long for one SM: declared (Max: row_bytes), refused before launch
       return;
@@ -561,14 +591,16 @@ cudaError_t softmax_05_row_on_chip_backward(const rosetta::SoftmaxBackwardArgs& 
     T* dx = a.dx.ptr<T>();
     const int64_t ys = a.y.stride[0], gs = a.dy.stride[0];
     if (launch_backward_in_registers(y, ys, dy, gs, dx, rows, cols, stream)) return;
-    const int64_t bytes = smem_bytes<T>(cols, 2);
+    const int64_t slots = smem_slots<T>(cols + sm::shift_pad<T>(rows_aligned(y, ys) && rows_aligned(dy, gs)));
+    const int64_t bytes = 2 * slots * 16;
     if (bytes > sm::max_dynamic_smem()) {
       status = cudaErrorInvalidValue;  // y and dy too long for one SM: declared, refused before launch
       return;
     }
     status = cudaFuncSetAttribute(backward_row_in_smem<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
     if (status == cudaSuccess)
-      backward_row_in_smem<T><<<row_grid(rows), kSmemThreads, bytes, stream>>>(y, ys, dy, gs, dx, rows, int(cols));
+      backward_row_in_smem<T><<<row_grid(rows), kSmemThreads, bytes, stream>>>(y, ys, dy, gs, dx, rows, int(cols),
+                                                                                int(slots));
   });
   return status != cudaSuccess ? status : launched;
 }

@@ -13,7 +13,9 @@ Changed:  a row longer than step 5's register tiles (> 16,384 elements) is cut i
           overlaps the other's loads), else <= ~226 KB (one per SM); launched with
           cudaLaunchKernelEx and cudaLaunchAttributeClusterDimension. The step is meant for
           the rows step 5's register tiles do not hold (`Min: cols >= 16385`): shorter rows are
-          the dispatcher's to give to step 5.
+          the dispatcher's to give to step 5. A row off 16 bytes is cut at the 16-byte vectors
+          of memory it overlaps, as in step 5: 16-byte loads and stores but in its first and
+          last vector (8x fewer instructions than element by element for 16-bit types).
 Why:      step 5 read rows past one SM's 227 KB twice (bf16 4096 x 131072 is 256 KB a row,
           fp32 4096 x 262144 1 MB): 3n bytes, <= 2/3 of the copy ceiling. A cluster's shared
           memory is up to 16 x 227 KB: 1 MB of fp32 is 16 x 64 KB (or 8 x 128 KB), so the row
@@ -48,10 +50,12 @@ constexpr int kBatchBackward = 3;         // per tensor (y and dy): what 64 regi
 constexpr int64_t kShareBytes = 100 << 10;  // a slice this small leaves room for 2 CTAs per SM
 constexpr int kMaxCluster = 16;
 
-// CTA `rank` of the cluster owns elements [rank * slice, rank * slice + slice) of every row it
-// visits (slice: a multiple of the vector width, so every slice starts 16-byte aligned when the
-// row does). Thread t stores vectors t, t + 512, ... of the slice in shared memory and later
-// reads back only those: no CTA barrier between loading and writing, nor before the next row.
+// A row is read as the 16-byte vectors of memory it overlaps (sm::load_at: vector j holds elements
+// [j V - s, j V - s + V), s = 0 for a row on 16 bytes); CTA `rank` of the cluster owns vectors
+// [rank * slice / V, (rank + 1) * slice / V) of every row it visits (slice: a multiple of the
+// vector width; the host sizes it for cols + s). Thread t stores vectors t, t + 512, ... of the
+// slice in shared memory and later reads back only those: no CTA barrier between loading and
+// writing, nor before the next row.
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 2)
 softmax_cluster(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, int64_t rows, int cols, int slice) {
@@ -62,20 +66,20 @@ softmax_cluster(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, 
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank()), ranks = int(cluster.num_blocks());
   const int lane = threadIdx.x % 32;
-  const int begin = rank * slice;
-  const int len = max(0, min(slice, cols - begin));  // 0 for a CTA past a short row's end
-  const int vecs = (len + V - 1) / V;
+  const int first = rank * (slice / V);  // this CTA's first vector of a row
   const int64_t clusters = gridDim.x / ranks;
   for (int64_t row = blockIdx.x / ranks; row < rows; row += clusters) {  // cluster-uniform: barriers inside
-    const T* in = x + row * x_stride + begin;
-    T* o = out + row * cols + begin;
-    const bool vin = rosetta::aligned16(in), vout = rosetta::aligned16(o);
+    const T* in = x + row * x_stride;
+    T* o = out + row * cols;
+    const int s = sm::shift(in);          // the input's own vectors: 16-byte loads but the row's ends
+    const bool vout = sm::shift(o) == s;  // the output's: 16-byte stores where it has the same shift
+    const int vecs = max(0, min(slice / V, (cols + s + V - 1) / V - first));  // 0 past a short row's end
     sm::Online t = sm::Online::empty();
     for (int i0 = threadIdx.x; i0 < vecs; i0 += kBatch * kThreads) {
       Vec16<T> v[kBatch];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b)  // all loads issue before the first store
-        if (i0 + b * kThreads < vecs) v[b] = sm::load_vec(in, int64_t(i0 + b * kThreads) * V, len, vin, -INFINITY);
+        if (i0 + b * kThreads < vecs) v[b] = sm::load_at(in, s, first + i0 + b * kThreads, cols, true, -INFINITY);
 #pragma unroll
       for (int b = 0; b < kBatch; ++b)
         if (i0 + b * kThreads < vecs) {
@@ -99,7 +103,7 @@ softmax_cluster(const T* __restrict__ x, int64_t x_stride, T* __restrict__ out, 
       Vec16<T> v{slice_smem[i]};
 #pragma unroll
       for (int k = 0; k < V; ++k) v.set(k, __expf(v.get(k) - r.m) * inv);  // r.m = -inf: NaN, as torch
-      sm::store_vec(o, int64_t(i) * V, len, vout, v);
+      sm::store_at(o, s, first + i, cols, vout, v);
     }
     cluster.barrier_wait();
   }
@@ -117,17 +121,17 @@ backward_cluster(const T* __restrict__ y, int64_t y_stride, const T* __restrict_
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank()), ranks = int(cluster.num_blocks());
   const int lane = threadIdx.x % 32;
-  const int begin = rank * slice;
-  const int len = max(0, min(slice, cols - begin));
-  const int vecs = (len + V - 1) / V;
+  const int first = rank * (slice / V);
   uint4* const y_smem = slice_smem;
   uint4* const dy_smem = slice_smem + slice / V;
   const int64_t clusters = gridDim.x / ranks;
   for (int64_t row = blockIdx.x / ranks; row < rows; row += clusters) {
-    const T* yr = y + row * y_stride + begin;
-    const T* gr = dy + row * dy_stride + begin;
-    T* o = dx + row * cols + begin;
-    const bool vy = rosetta::aligned16(yr), vg = rosetta::aligned16(gr), vo = rosetta::aligned16(o);
+    const T* yr = y + row * y_stride;
+    const T* gr = dy + row * dy_stride;
+    T* o = dx + row * cols;
+    const int s = sm::backward_shift(sm::shift(yr), sm::shift(gr), sm::shift(o));
+    const bool vy = sm::shift(yr) == s, vg = sm::shift(gr) == s, vo = sm::shift(o) == s;
+    const int vecs = max(0, min(slice / V, (cols + s + V - 1) / V - first));
     float dot = 0.0f;
     for (int i0 = threadIdx.x; i0 < vecs; i0 += kBatchBackward * kThreads) {
       Vec16<T> a[kBatchBackward], b[kBatchBackward];
@@ -135,8 +139,8 @@ backward_cluster(const T* __restrict__ y, int64_t y_stride, const T* __restrict_
       for (int u = 0; u < kBatchBackward; ++u) {
         const int i = i0 + u * kThreads;
         if (i < vecs) {
-          a[u] = sm::load_vec(yr, int64_t(i) * V, len, vy, 0.0f);  // 0 past the end: 0 * 0 adds nothing
-          b[u] = sm::load_vec(gr, int64_t(i) * V, len, vg, 0.0f);
+          a[u] = sm::load_at(yr, s, first + i, cols, vy, 0.0f);  // 0 outside the row: 0 * 0 adds nothing
+          b[u] = sm::load_at(gr, s, first + i, cols, vg, 0.0f);
         }
       }
 #pragma unroll
@@ -161,24 +165,25 @@ backward_cluster(const T* __restrict__ y, int64_t y_stride, const T* __restrict_
       Vec16<T> r;
 #pragma unroll
       for (int k = 0; k < V; ++k) r.set(k, a.get(k) * (b.get(k) - dot));
-      sm::store_vec(o, int64_t(i) * V, len, vo, r);
+      sm::store_at(o, s, first + i, cols, vo, r);
     }
     cluster.barrier_wait();
   }
 }
 
 // Launches kernel(args..., rows, cols, slice) with the smallest cluster whose slices fit
-// (tensors: slices of shared memory per element, 1 forward, 2 backward). Fitting: <= 100 KB a
+// (tensors: slices of shared memory per element, 1 forward, 2 backward; the slices cover cols +
+// pad elements, sm::shift_pad: room for a row off 16 bytes). Fitting: <= 100 KB a
 // CTA first (two CTAs per SM), then anything the opt-in allows; the hardware must also be able
 // to place such a cluster (cudaOccupancyMaxActiveClusters > 0: size 16 needs a GPC with 8+ free
 // SMs). Returns false, having launched nothing, when no cluster holds the row.
 template <typename T, typename Kernel, typename... Args>
-bool launch_cluster(Kernel kernel, int tensors, int64_t rows, int64_t cols, cudaStream_t stream, cudaError_t& status,
-                    Args... args) {
+bool launch_cluster(Kernel kernel, int tensors, int64_t rows, int64_t cols, int64_t pad, cudaStream_t stream,
+                    cudaError_t& status, Args... args) {
   constexpr int V = sm::kVec<T>;
   for (const int64_t budget : {kShareBytes, sm::max_dynamic_smem()}) {
     for (int ranks = 1; ranks <= kMaxCluster; ranks *= 2) {
-      const int64_t slice = rosetta::ceil_div(rosetta::ceil_div(cols, ranks), V) * V;
+      const int64_t slice = rosetta::ceil_div(rosetta::ceil_div(cols + pad, ranks), V) * V;
       const int64_t bytes = tensors * slice * int64_t(sizeof(T));
       if (bytes > budget) continue;
       const bool settable =
@@ -219,7 +224,8 @@ cudaError_t softmax_06_cluster(const rosetta::SoftmaxArgs& a, cudaStream_t strea
   return sm::launch_forward(a, stream, [&](auto tag, auto x, int64_t xs, auto out) {
     using T = decltype(tag);
     cudaError_t status = cudaSuccess;
-    if (!launch_cluster<T>(softmax_cluster<T>, 1, rows, cols, stream, status, x, xs, out))
+    const int64_t pad = sm::shift_pad<T>(sm::rows_aligned(x, xs));
+    if (!launch_cluster<T>(softmax_cluster<T>, 1, rows, cols, pad, stream, status, x, xs, out))
       return cudaErrorInvalidValue;  // a row this step does not take: declared in its header, refused before launch
     return status;
   });
@@ -230,7 +236,8 @@ cudaError_t softmax_06_cluster_backward(const rosetta::SoftmaxBackwardArgs& a, c
   return sm::launch_backward(a, stream, [&](auto tag, auto y, int64_t ys, auto dy, int64_t gs, auto dx) {
     using T = decltype(tag);
     cudaError_t status = cudaSuccess;
-    if (!launch_cluster<T>(backward_cluster<T>, 2, rows, cols, stream, status, y, ys, dy, gs, dx))
+    const int64_t pad = sm::shift_pad<T>(sm::rows_aligned(y, ys) && sm::rows_aligned(dy, gs));
+    if (!launch_cluster<T>(backward_cluster<T>, 2, rows, cols, pad, stream, status, y, ys, dy, gs, dx))
       return cudaErrorInvalidValue;  // declared in the header, refused before launch
     return status;
   });
