@@ -109,7 +109,8 @@ def raw_launcher(v: Step, direction: str):
     from torch._library.triton import wrap_triton_enabled
 
     def plain(*args, **overrides):
-        # a plain launch, nothing being traced: wrap_triton hands back the kernel itself. The
+        # a plain launch, nothing being traced: wrap_triton hands back the kernel's cached
+        # launcher (triton_launch), not torch's traceable wrapper. The
         # thread-local switch set_wrap_triton_enabled(False) flips, without its context manager
         # (a generator per call, measurable at a few us a launch).
         previous = getattr(wrap_triton_enabled, "value", True)
