@@ -111,7 +111,7 @@ class Launcher:
         from triton import knobs
 
         compiled = self.kernel[grid](*args, **kwargs)
-        if key is None or compiled is None or knobs.runtime.launch_enter_hook is not None:
+        if key is None or compiled is None or _hooked(knobs.runtime.launch_enter_hook):
             return compiled
         fixed = dict(self.defaults)
         if self.tuner is not None:
@@ -128,6 +128,11 @@ class Launcher:
             self.cache.clear()
         self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, fixed)
         return compiled
+
+
+def _hooked(hook) -> bool:
+    """Whether a launch hook is set: None or an empty HookChain (Triton 3.6's default) is not."""
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 def install(module) -> None:
