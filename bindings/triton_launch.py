@@ -36,9 +36,9 @@ def wrap_triton(kernel):
     launch (the switch off) the kernel's cached Launcher."""
     if getattr(wrap_triton_enabled, "value", True):
         return torch_wrap_triton(kernel)
-    launcher = _LAUNCHERS.get(kernel)
-    if launcher is None:
-        launcher = _LAUNCHERS[kernel] = Launcher(kernel)
+    launcher = _LAUNCHERS.get(id(kernel))  # by id: a JITFunction hashes through its cache_key property
+    if launcher is None or launcher.kernel is not kernel:
+        launcher = _LAUNCHERS[id(kernel)] = Launcher(kernel)
     return launcher
 
 
