@@ -16,17 +16,24 @@ Changed:  step 8's kernel (a cp.async ring of 3 stages, a transposed in shared m
           of K; the tiles of the last, partial wave are cut into S k-slices, and each slice's
           block writes its fp32 partial tile to a workspace. A second kernel, a programmatic
           dependent launch as in step 14, adds each output's S partials in the order 0 .. S-1
-          (the same bits on every run) and stores it. S = 1 stores out directly: no workspace,
-          no second kernel. Tile and S are the lowest of one estimate (choose_plan), over the
-          tiles and S = 1 .. min(slots / tail tiles, stages / 4, 64): the FFMA work of the
-          busiest scheduler, padding included (weighted 9/8 for the smaller tiles' extra copies
-          and L2 bytes, as step 8 weighs them, and 5/4 where a scheduler has one warp to issue
-          from), plus the reduction (its launch, and the partials' bytes through L2).
+          (the same bits on every run) and stores it: a thread per output, all S loads issued
+          before the first add, in blocks of 256 halved down to 32 until there are two an SM,
+          so a small split tile is added by all the SMs in one L2 round trip (a thread per 4
+          outputs, 8 slices in flight, where those threads alone are 128 an SM). S = 1 stores
+          out directly: no workspace, no second kernel. Tile and S are the lowest of one
+          estimate (choose_plan), over the tiles and S = 1 .. min(slots / tail tiles, stages /
+          4, 64): the FFMA work of the busiest scheduler, padding included (weighted 9/8 for
+          the smaller tiles' extra copies and L2 bytes, as step 8 weighs them, and 5/4 where a
+          scheduler has one warp to issue from), plus the reduction: its launch, then the
+          longer of the partials' bytes through L2 and its chain of L2 round trips (one per
+          batch of slices a thread has in flight and per wave of its threads).
 Why:      step 8 cuts out into tiles of up to 128 x 256 and shares the last waves' k-tiles by
           stream-K, but one block adds all pieces of a tile: 64 x 16384 x 64 is one tile whose
           1,024 k-tiles are 256 pieces of 4, added by one block, an L2 round trip at a time.
           Here it is one 64 x 64 tile in 64 slices of 256 of K on 64 SMs, and its 4,096
-          outputs are added by 1,024 threads with 8 partials in flight each. 300 x 8192 x 300 is
+          outputs are added by 4,096 threads, 128 blocks of 32 (one an SM), each with its 64
+          partials in flight at once: a thread per 4 outputs would put 1,024 threads on 4 SMs,
+          its 1 MB of partials a chain of 8 L2 round trips pulled by 4 SMs. 300 x 8192 x 300 is
           9 tiles of 128 x 128 for 132 SMs; here 25 tiles of 64 x 64 x 10 slices = 250 blocks
           on 264 slots. 1009 x 997 x 1013: 256 tiles of 64 x 64 fill the 264 slots unsplit,
           777 x 1234 x 2345 is 247 tiles of 64 x 128 (128 x 256: 70 on 132 SMs). 3000^3 is
@@ -43,8 +50,8 @@ Still:    4096^3 is 3.88 waves of tiles whatever the shape: with a whole tile pe
           it. A split pays its
           partials' round trip through L2 (2 x S x tile x 4 bytes per split tile) and a second
           launch; step 15's in-kernel fix-up would drop the launch but add a tile's S slices on
-          one SM, step 8's wall again at S = 64. The estimate's weights are assumptions, not
-          fitted to measurements.
+          one SM, step 8's wall again at S = 64. The estimate's weights, and its half a k-step
+          (~0.6 us) an L2 round trip, are assumptions, not fitted to measurements.
 Limits:   A and B need a unit last stride (the dispatcher copies others). B's rows not on 16
           bytes (N % 4 != 0, or an offset view) are first repacked into the workspace, as in
           step 8. M, N, K < 2^31.
@@ -65,7 +72,7 @@ constexpr int kPadA = 4;          // a's transposed rows: conflict-free copies, 
 constexpr int kMinStages = 4;     // a k-slice walks >= 4 stages: the ring's fill is a quarter at most
 constexpr int kMaxSplit = 64;     // partials an output adds up at most
 constexpr int kReduceThreads = 256;
-constexpr int kReduceBatch = 8;   // partials a reduction thread has in flight
+constexpr int kReduceBatch = 8;   // float4 partials a reduction thread has in flight (scalar: all S)
 // -----------------------------------------------------------------------------------------------
 
 // A warp's register tile (step 7's rosetta::ThreadTile with the lane grid as a parameter): the
@@ -338,36 +345,46 @@ __global__ void __launch_bounds__(C::kThreads, C::kBlocksPerSm)
   }
 }
 
+__device__ __forceinline__ float add(float a, float b) { return a + b; }
+__device__ __forceinline__ float4 add(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
 // out at the split tiles = the sum of their S partials, in the order z = 0 .. S-1 (the same bits
-// whichever block finished first). A thread per 4 consecutive outputs of a tile row: the float4s
-// of a warp are 512 contiguous bytes of one slice; kReduceBatch of its slices in flight at once.
-__global__ void __launch_bounds__(kReduceThreads, 4)  // <= 64 registers: no spills, 32 warps an SM
+// whichever block finished first). A thread per kVec consecutive outputs of a tile row; each batch
+// of its loads is issued before that batch's adds. kVec = 4: a warp's float4s are 512 contiguous
+// bytes of one slice, 8 slices a batch (reductions with 128 such threads an SM or more). kVec = 1:
+// a warp's floats are 128 contiguous bytes, every slice in one batch (S <= kMaxSplit): small tiles
+// get 4 times the threads, spread in blocks of down to 32 threads over all SMs, one L2 round trip.
+template <int kVec>
+__global__ void __launch_bounds__(kReduceThreads, kVec == 4 ? 4 : 2)  // <= 64 / 128 registers: no spills
     sum_slices(rosetta::MatmulProblem p, Split split, int bm, int bn) {
+  using T = std::conditional_t<kVec == 4, float4, float>;
+  constexpr int kBatch = kVec == 4 ? kReduceBatch : kMaxSplit;
   wait_for_prerequisites();  // launched while the GEMM may still run: its partials must be complete
-  const int per_tile = bm * bn / 4;
-  const int64_t i = int64_t(blockIdx.x) * kReduceThreads + threadIdx.x;
+  const int per_row = bn / kVec, per_tile = bm * per_row;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(split.tail) * per_tile) return;
   const int t = int(i / per_tile), e = int(i % per_tile);
   int tm, tn;
   rosetta::tile_coords<kGroupM>(split.dp_tiles + t, (p.M + bm - 1) / bm, (p.N + bn - 1) / bn, tm, tn);
-  const int m = tm * bm + e / (bn / 4), n = tn * bn + 4 * (e % (bn / 4));
+  const int m = tm * bm + e / per_row, n = tn * bn + kVec * (e % per_row);
   if (m >= p.M || n >= p.N) return;  // padding: the GEMM wrote no partial there
-  const float4* src = reinterpret_cast<const float4*>(split.partials) + int64_t(t) * split.slices * per_tile + e;
-  float4 sum = __ldcg(src);  // L2: written by another grid
-  int z = 1;
-  for (; z + kReduceBatch <= split.slices; z += kReduceBatch) {
-    float4 v[kReduceBatch];
+  const T* src = reinterpret_cast<const T*>(split.partials) + int64_t(t) * split.slices * per_tile + e;
+  T sum{};
+  for (int z0 = 0; z0 < split.slices; z0 += kBatch) {
+    T v[kBatch];
 #pragma unroll
-    for (int u = 0; u < kReduceBatch; ++u) v[u] = __ldcg(src + int64_t(z + u) * per_tile);
+    for (int u = 0; u < kBatch; ++u)
+      if (z0 + u < split.slices) v[u] = __ldcg(src + int64_t(z0 + u) * per_tile);  // L2: another grid wrote it
 #pragma unroll
-    for (int u = 0; u < kReduceBatch; ++u)
-      sum = make_float4(sum.x + v[u].x, sum.y + v[u].y, sum.z + v[u].z, sum.w + v[u].w);
+    for (int u = 0; u < kBatch; ++u)
+      if (z0 + u < split.slices) sum = z0 + u == 0 ? v[u] : add(sum, v[u]);  // slice 0, then + 1, + 2, ...
   }
-  for (; z < split.slices; ++z) {
-    const float4 v = __ldcg(src + int64_t(z) * per_tile);
-    sum = make_float4(sum.x + v.x, sum.y + v.y, sum.z + v.z, sum.w + v.w);
-  }
-  rosetta::ThreadTile::store4(p, m, n, sum, p.N % 4 == 0 && rosetta::aligned16(p.out));
+  if constexpr (kVec == 4)
+    rosetta::ThreadTile::store4(p, m, n, sum, p.N % 4 == 0 && rosetta::aligned16(p.out));
+  else
+    p.out[int64_t(m) * p.N + n] = sum;
 }
 
 // b (K x N, row stride ldb) -> dst (K x ld4, ld4 = N rounded up to 4 floats): step 8's repack.
@@ -398,10 +415,36 @@ struct Plan {
 // blocks (at most `resident`); a scheduler with two or more warps issues a k-step of each in 4
 // quarters, one with a single warp in 5 (assumed: no second warp covers its barrier and load
 // stalls). The reduction costs kReduceLaunch k-steps (its launch, the wait for the GEMM's last
-// blocks) plus one per kReduceBytes of partials written and read back (L2, ~3.5 TB/s).
+// blocks) plus the longer of two: its bytes (the partials written and read back) through L2 at one
+// k-step per kReduceBytes (~3.5 TB/s), and its latency, a chain of dependent L2 round trips of
+// half a k-step each (~0.6 us, loaded: assumed), one per batch of slices a thread has in flight and
+// per wave of its threads.
 constexpr int64_t kReduceLaunch = 2;
 constexpr int64_t kReduceBytes = 4 << 20;
 constexpr int kWeightWide = 8;
+
+// How the reduction is launched: float4s a thread where they alone give every SM kVecThreads
+// threads, else one float a thread; blocks halved from 256 threads down to 32 until there are two
+// an SM.
+constexpr int kVecThreads = 128;
+struct Reduction {
+  int vec, block;
+  int64_t blocks, quarters;  // quarters of a k-step of latency (round trips x waves)
+};
+
+Reduction reduction_for(int64_t outputs, int slices, int sms) {
+  Reduction r{};
+  r.vec = outputs / 4 >= int64_t(sms) * kVecThreads ? 4 : 1;
+  const int64_t threads = outputs / r.vec;
+  r.block = kReduceThreads;
+  while (r.block > 32 && rosetta::ceil_div(threads, r.block) < 2 * int64_t(sms)) r.block /= 2;
+  r.blocks = rosetta::ceil_div(threads, r.block);
+  // Threads an SM holds by registers: 2,048 at 64 a thread (kVec = 4), 512 at 128 (kVec = 1).
+  const int64_t resident = int64_t(sms) * std::min(32, (r.vec == 4 ? 2048 : 512) / r.block);
+  const int64_t rounds = rosetta::ceil_div(slices, r.vec == 4 ? kReduceBatch : kMaxSplit);
+  r.quarters = 2 * rounds * rosetta::ceil_div(r.blocks, resident);
+  return r;
+}
 
 int64_t scheduler_quarters(const Candidate& c, int64_t blocks, int sms, int64_t steps) {
   const int64_t per_sm = std::min<int64_t>(rosetta::ceil_div(blocks, sms), c.resident);
@@ -424,7 +467,8 @@ Plan plan_for(const Candidate& c, int index, int M, int N, int K, int sms) {
     int64_t cost = c.weight * (full + (tail ? scheduler_quarters(c, tail * s, sms, rosetta::ceil_div(stages, s)) : 0));
     if (s > 1) {
       const int64_t bytes = 2 * 4 * s * tail * std::min(M, c.bm) * std::min(N, c.bn);  // written, read back
-      cost += kWeightWide * 4 * (kReduceLaunch + rosetta::ceil_div(bytes, kReduceBytes));
+      const int64_t latency = reduction_for(tail * c.bm * c.bn, int(s), sms).quarters;
+      cost += kWeightWide * (4 * kReduceLaunch + std::max(rosetta::ceil_div(4 * bytes, kReduceBytes), latency));
     }
     if (cost < best.cost) best = {index, int(tiles), s > 1 ? int(tiles - tail) : int(tiles), int(s), cost};
   }
@@ -487,16 +531,19 @@ cudaError_t launch(const rosetta::MatmulArgs& args, const rosetta::MatmulProblem
 
   // The reduction, as a programmatic dependent launch: its blocks may be placed while the GEMM's
   // last ones finish (they wait in griddepcontrol.wait), which hides its launch latency.
+  const Reduction r =
+      reduction_for(int64_t(split.tail) * C::kBM * C::kBN, split.slices, std::max(rosetta::sm_count(), 1));
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(rosetta::ceil_div(int64_t(split.tail) * C::kBM * C::kBN / 4, kReduceThreads)));
-  config.blockDim = dim3(kReduceThreads);
+  config.gridDim = dim3(unsigned(r.blocks));
+  config.blockDim = dim3(unsigned(r.block));
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, sum_slices, p, split, C::kBM, C::kBN);
+  return r.vec == 4 ? cudaLaunchKernelEx(&config, sum_slices<4>, p, split, C::kBM, C::kBN)
+                    : cudaLaunchKernelEx(&config, sum_slices<1>, p, split, C::kBM, C::kBN);
 }
 
 }  // namespace
