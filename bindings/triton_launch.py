@@ -9,7 +9,7 @@ compiled kernel up, and the autotuner rebuilds its key dict. Together that is se
 launch itself.
 
 `wrap_triton` here is a drop-in for torch's: while torch traces (or the registered op runs), it is
-torch's own; in an eager call it hands back a `Launcher`, which keys each launch by what Triton's
+torch's own (given constexpr arguments as plain values); in an eager call it hands back a `Launcher`, which keys each launch by what Triton's
 specialization can see (the constexprs' values, each tensor's dtype and alignment, each int's
 specialization class, and the autotuner's key values) and, on a hit, calls the compiled kernel's
 launcher directly with the grid evaluated here. A miss (the first launch of a kernel for a key) goes
@@ -35,7 +35,7 @@ def wrap_triton(kernel):
     """torch.library.wrap_triton while torch's switch is on (tracing, the registered op); in an eager
     launch (the switch off) the kernel's cached Launcher."""
     if getattr(wrap_triton_enabled, "value", True):
-        return torch_wrap_triton(kernel)
+        return Traced(torch_wrap_triton(kernel))
     launcher = _LAUNCHERS.get(id(kernel))  # by id: a JITFunction hashes through its cache_key property
     if launcher is None or launcher.kernel is not kernel:
         launcher = _LAUNCHERS[id(kernel)] = Launcher(kernel)
@@ -43,6 +43,25 @@ def wrap_triton(kernel):
 
 
 _LAUNCHERS: dict = {}
+
+
+class Traced:
+    """torch's traceable wrapper, handed plain values for tl.constexpr arguments: a constexpr object
+    (a shared module's `GELU = tl.constexpr(1)`, passed as EPILOGUE=GELU) reaches the source that
+    Inductor generates as `constexpr[1]`, which does not compile there; Triton takes the value."""
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+
+    def __getitem__(self, grid):
+        launch = self.wrapped[grid]
+        return lambda *args, **kwargs: launch(*map(_plain, args), **{k: _plain(v) for k, v in kwargs.items()})
+
+
+def _plain(value):
+    import triton.language as tl
+
+    return value.value if isinstance(value, tl.constexpr) else value
 
 
 class Launcher:
