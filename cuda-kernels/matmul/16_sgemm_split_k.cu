@@ -3,30 +3,20 @@ Step 16 — fp32 split-K: a tile shape per problem, K cut across blocks, slices 
 Changed:  step 8's kernel (a cp.async ring of 3 stages, a transposed in shared memory, 8 x 16
           accumulators a thread, FFMAs column by column) as one template on four block tiles:
           128 x 256 (8 warps, one block an SM), 64 x 128 and 64 x 64 (4 warps, two blocks an
-          SM), and 16 x 256 where M <= 16 (4 warps, one block an SM: its lanes a 2 x 16 grid,
-          not 8 x 4). A warp tile is always 4,096 outputs, so where a block tile has fewer warp
-          tiles than warps, the warps split its k: a stage holds 16, 32 or 64 rows of k, warp
-          group g multiplies rows 16g .. 16g + 15, and the groups' partial tiles meet in shared
-          memory, added in the order g = 0, 1, ... In the loop, a stage that is not K's ragged
-          last one issues its copies without step 8's per-copy selects (one uniform branch), and
-          the first fragments are read before the copies are issued: per stage, 2,265 SASS
-          instructions for 2,048 FFMAs at 64 x 64 (2,535 with the selects), 2,220 at 128 x 256
-          (step 8: 2,314). Then K is split across blocks: the tiles of
-          whole waves (slots = SMs x blocks an SM, read from the occupancy API) run over all
-          of K; the tiles of the last, partial wave are cut into S k-slices, and each slice's
-          block writes its fp32 partial tile to a workspace. A second kernel, a programmatic
-          dependent launch as in step 14, adds each output's S partials in the order 0 .. S-1
-          (the same bits on every run) and stores it: a thread per output, all S loads issued
-          before the first add, in blocks of 256 halved down to 32 until there are two an SM,
-          so a small split tile is added by all the SMs in one L2 round trip (a thread per 4
-          outputs, 8 slices in flight, where those threads alone are 128 an SM). S = 1 stores
-          out directly: no workspace, no second kernel. Tile and S are the lowest of one
-          estimate (choose_plan), over the tiles and S = 1 .. min(slots / tail tiles, stages /
-          4, 64): the FFMA work of the busiest scheduler, padding included (weighted 9/8 for
-          the smaller tiles' extra copies and L2 bytes, as step 8 weighs them, and 5/4 where a
-          scheduler has one warp to issue from), plus the reduction: its launch, then the
-          longer of the partials' bytes through L2 and its chain of L2 round trips (one per
-          batch of slices a thread has in flight and per wave of its threads).
+          SM), and 16 x 256 where M <= 16 (its lanes a 2 x 16 grid, not 8 x 4). A warp tile is
+          always 4,096 outputs, so where a block tile has fewer warp tiles than warps, the warps
+          split its k and add their partial tiles in shared memory in a fixed order. A stage
+          that is not K's ragged last one issues its copies without step 8's per-copy selects.
+          Then K is split across blocks: the tiles of whole waves (slots = SMs x blocks an SM,
+          from the occupancy API) run over all of K; the tiles of the last, partial wave are
+          cut into S k-slices, each writing its fp32 partial tile to a workspace. A second
+          kernel (a programmatic dependent launch, as in step 14) adds each output's S partials
+          in the order 0 .. S-1, the same bits on every run; where the split tile is small it
+          takes a thread per output with all S loads in flight, in blocks small enough to reach
+          every SM. S = 1 stores out directly: no workspace, no second kernel. Tile and S are
+          the lowest of one estimate (choose_plan): the busiest scheduler's FFMA work, padding
+          included, plus the reduction's launch and the longer of its bytes through L2 and its
+          chain of L2 round trips.
 Why:      step 8 cuts out into tiles of up to 128 x 256 and shares the last waves' k-tiles by
           stream-K, but one block adds all pieces of a tile: 64 x 16384 x 64 is one tile whose
           1,024 k-tiles are 256 pieces of 4, added by one block, an L2 round trip at a time.

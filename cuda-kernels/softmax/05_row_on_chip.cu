@@ -1,14 +1,14 @@
 /*
 Step 5 — the row stays on chip: registers for short rows, shared memory for long ones
 Changed:  the row is read once, kept on the SM while its max and sum are reduced, and written
-          from there; the path is chosen by row length (OneFlow's softmax does the same):
+          from there; the path is chosen by row length (as OneFlow's softmax):
             cols <= 1,024      a warp per row (4 rows per 128-thread block), each lane holding
                                4-32 fp32 values in registers: shuffles only, no barrier
                                (fp32 rows of 513-1,024: a small block per row measured faster).
             cols <= 16,384     a block per row (256 or 512 threads), <= 32 values per thread
                                in registers (compile-time tiles: 2K, 4K, 8K, 16K elements).
-            row <= ~226 KB     a 512-thread block per row, the row in dynamic shared memory
-                               (opt-in up to 227 KB per block): each thread stores 8 16-byte
+            row <= ~226 KB     a 512-thread block per row, the row in dynamic shared memory:
+                               each thread stores 8 16-byte
                                vectors at a time (128 B in flight per thread), folding them
                                into step 4's online (max, sum) pair on the way in.
             longer             step 4's online kernel: 2 reads + 1 write.
@@ -16,13 +16,10 @@ Changed:  the row is read once, kept on the SM while its max and sum are reduced
           cols is a multiple of the vector width (the host checks), the register tiles run an
           instantiation with one predicated 16-byte load per vector and no branch, and the
           backward issues all of y's and dy's loads before converting any. Backward: y and dy
-          both stay on chip (registers, or shared memory up to ~226 KB for the two): 2 reads +
-          1 write. The register tiles give their loads an L2 priority (pick_load_hint: evict-
-          last or evict-first by what overflows the L2). A row off 16 bytes (odd 16-bit rows:
-          all but the first) is read as the 16-byte vectors of memory it overlaps, element-wise
-          only in the first and last (sm::load_at); the output, dy and dx take the same vectors
-          where they share the input's misalignment (backward: y's, or dy's where dy and dx
-          share one y lacks), element-wise where they do not.
+          both stay on chip: 2 reads + 1 write. The register tiles give their loads an L2 priority (pick_load_hint: evict-
+          last or evict-first by what overflows the L2). A row off 16 bytes is read as the
+          16-byte vectors it overlaps, element-wise only in the first and last (sm::load_at);
+          a tensor misaligned otherwise than the input is accessed element-wise.
 Why:      2 reads + 1 write (3n) -> 1 read + 1 write (2n), the minimum: up to 3/2 faster where
           the second read came from DRAM, and for short rows it removes the L2 re-read that
           held step 4 below the DRAM ceiling. Bytes in flight: fp32 4096 x 4096 runs 256-thread
