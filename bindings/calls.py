@@ -128,20 +128,18 @@ def direct(v, direction: str, inputs: tuple | None = None):
                 raw(*tensors, *(out if several else (out,)), *args[n:])
                 return out
             return run_plain
-        if not any(in_views) and not several:
-            out_view = out_views[0]
 
-            def run_out_viewed(*args):  # e.g. reduce_sum's 0-dim output, a 1-element vector to its kernel
-                tensors = args[:n]
-                out = allocate(*tensors)
-                raw(*tensors, out_view(out), *args[n:])
-                return out
-            return run_out_viewed
+        def run_viewed(*args):  # only the views this signature needs (e.g. reduce_sum's 0-dim output)
+            tensors = args[:n]
+            out = allocate(*tensors)
+            raw(*(f(t) if f else t for f, t in zip(in_views, tensors)),
+                *(f(t) if f else t for f, t in zip(out_views, out if several else (out,))), *args[n:])
+            return out
+        return run_viewed
 
-    def run(*args):
+    def run(*args):  # inputs that may need a copy into the step's layout: asked on every call
         tensors = args[:n]
-        views = (tuple(spec.view(name, t) for name, t in zip(d.inputs, tensors)) if as_is
-                 else torch_ops.kernel_inputs(v, direction, tensors)[0])
+        views = torch_ops.kernel_inputs(v, direction, tensors)[0]
         out = allocate(*tensors)
         raw(*views, *torch_ops.output_views(v.op, direction, out), *args[n:])
         return out
