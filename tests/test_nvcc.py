@@ -136,6 +136,10 @@ SASS_CLAIMS = [
         "UTMALDG.2D", "HGMMA.64x128x16.F32.BF16", "PREEXIT"} <= set(ops)),
     ("matmul/14_split_k.cu", "sum_slicesI13__nv_bfloat16E",
      lambda ops: {"ACQBULK", "LDG.E.128.CONSTANT", "STG.E.64"} <= set(ops)),
+    # stream-K: "wgmma ... fed by TMA", a ticket per shared tile (an atomic add), and slots read back
+    # from L2 ("never a stale L1 line")
+    ("matmul/17_stream_k.cu", "matmul_stream_kI13__nv_bfloat16Li2ELb0ELb0E", lambda ops: {
+        "UTMALDG.2D", "HGMMA.64x128x16.F32.BF16", "ATOMG.E.ADD.STRONG.GPU", "LDG.E.64.STRONG.GPU"} <= set(ops)),
     # linear_gelu step 2: "bias + GELU on the fp32 accumulators, before the only store" (bf16: GELU's
     # hardware tanh on the MUFU pipe, inside the wgmma kernel that stores by TMA)
     ("linear_gelu/02_fused_epilogue.cu", "I13__nv_bfloat16*BiasGelu", lambda ops: {"MUFU.TANH", "UTMASTG.2D"} <= set(ops)
