@@ -47,15 +47,19 @@ using rosetta::split_k::kBN;
 
 constexpr int kGroupM = 8;     // tile order for L2 reuse: consecutive iterations stay near in A and B
 constexpr int kMinIters = 4;   // k-tiles a block walks at least (unless a tile has fewer)
+constexpr int kMaxShare = 8;   // blocks sharing one tile at most
 constexpr int kBarrierId = 1;  // the consumers' named barrier (0 is __syncthreads)
 
-// The line of work: iterations it = tile * k_tiles + k, tile-major, shared evenly by `blocks`.
+// The work: tiles x k_tiles iterations (it = tile * k_tiles + k). The first sk_tiles tiles (in
+// grouped order) are one line of sk_tiles x k_tiles iterations shared evenly by the blocks, tile
+// boundaries or not (stream-K); the rest are whole tiles, block b taking tiles sk_tiles + b,
+// sk_tiles + b + blocks, ... (data-parallel, as step 13's persistent loop).
 struct Schedule {
-  int64_t total;  // tiles x k_tiles
-  int blocks, k_tiles;
-  __device__ int64_t begin(int block) const { return total * block / blocks; }
-  // The block whose range holds iteration it: the largest b with begin(b) <= it.
-  __device__ int block_of(int64_t it) const { return int(((it + 1) * blocks + total - 1) / total) - 1; }
+  int64_t sk_total;  // sk_tiles x k_tiles
+  int tiles, sk_tiles, blocks, k_tiles;
+  __device__ int64_t begin(int block) const { return sk_total * block / blocks; }
+  // The block whose stream-K range holds iteration it: the largest b with begin(b) <= it.
+  __device__ int block_of(int64_t it) const { return int(((it + 1) * blocks + sk_total - 1) / sk_total) - 1; }
   // A shared tile's slot of block b: 2b when the tile is where b starts, 2b + 1 when it is where b ends.
   __device__ int slot(int block, int tile) const { return 2 * block + (begin(block) / k_tiles == tile ? 0 : 1); }
 };
@@ -65,6 +69,29 @@ __device__ __forceinline__ int segment_end(int64_t end, int tile, int k_tiles) {
   const int64_t left = end - int64_t(tile) * k_tiles;
   return left < k_tiles ? int(left) : k_tiles;
 }
+
+// One block's segments in order, (tile, k-tiles [k0, k1)): its stream-K range first (where
+// shared tiles are, so their fix-ups overlap the whole tiles that follow), then its whole tiles.
+// The producer and the consumers each walk their own copy.
+struct Walk {
+  Schedule work;
+  int64_t it, end;
+  int next_whole;
+  __device__ Walk(const Schedule& w, int block)
+      : work(w), it(w.begin(block)), end(w.begin(block + 1)), next_whole(w.sk_tiles + block) {}
+  __device__ bool next(int& tile, int& k0, int& k1) {
+    if (it < end) {
+      tile = int(it / work.k_tiles), k0 = int(it - int64_t(tile) * work.k_tiles);
+      k1 = segment_end(end, tile, work.k_tiles);
+      it = int64_t(tile) * work.k_tiles + k1;
+      return true;
+    }
+    if (next_whole >= work.tiles) return false;
+    tile = next_whole, k0 = 0, k1 = work.k_tiles;
+    next_whole += work.blocks;
+    return true;
+  }
+};
 
 // One warpgroup's 64 x 128 accumulators as float pairs in register order: pair p of consumer
 // thread t at slot[p * threads + t] (a warp's stores are 256 contiguous bytes). Pairs of rows past
@@ -112,7 +139,6 @@ __global__ void __launch_bounds__(Config<kConsumers>::kThreads, 1)
 
   const int tiles_m = (M + C::kBM - 1) / C::kBM, tiles_n = (N + kBN - 1) / kBN;
   const int me = blockIdx.x, k_tiles = work.k_tiles;
-  const int64_t first = work.begin(me), end = work.begin(me + 1);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
@@ -128,10 +154,8 @@ __global__ void __launch_bounds__(Config<kConsumers>::kThreads, 1)
   const int wg = threadIdx.x / 128;
   if (wg == kConsumers) {
     if (threadIdx.x % 32 == 0) {
-      int i = 0;
-      for (int64_t it = first; it < end;) {
-        const int tile = int(it / k_tiles), k0 = int(it - int64_t(tile) * k_tiles);
-        const int k1 = segment_end(end, tile, k_tiles);
+      int i = 0, tile, k0, k1;
+      for (Walk walk(work, me); walk.next(tile, k0, k1);) {
         int tm, tn;
         rosetta::tile_coords<kGroupM>(tile, tiles_m, tiles_n, tm, tn);
         for (int k = k0; k < k1; ++k, ++i) {
@@ -141,18 +165,14 @@ __global__ void __launch_bounds__(Config<kConsumers>::kThreads, 1)
           TileA::load(&map_a, tile_a(s), &full[s], tm * C::kBM, k * kBK);
           TileB::load(&map_b, tile_b(s), &full[s], tn * kBN, k * kBK);
         }
-        it = int64_t(tile) * k_tiles + k1;
       }
     }
     return;
   }
 
   const int row0 = 64 * wg;
-  int i = 0;
-  for (int64_t it = first; it < end;) {
-    const int tile = int(it / k_tiles), k0 = int(it - int64_t(tile) * k_tiles);
-    const int k1 = segment_end(end, tile, k_tiles);
-    it = int64_t(tile) * k_tiles + k1;
+  int i = 0, tile, k0, k1;
+  for (Walk walk(work, me); walk.next(tile, k0, k1);) {
     int tm, tn;
     rosetta::tile_coords<kGroupM>(tile, tiles_m, tiles_n, tm, tn);
     const int m0 = tm * C::kBM + row0, n0 = tn * kBN;
@@ -196,10 +216,25 @@ __global__ void __launch_bounds__(Config<kConsumers>::kThreads, 1)
   }
 }
 
-// Blocks: one per SM, fewer where a block would walk under kMinIters k-tiles (or one whole tile).
-int choose_blocks(int64_t total, int64_t k_tiles, int64_t resident) {
-  const int64_t per_block = std::min<int64_t>(kMinIters, k_tiles);
-  return int(std::max<int64_t>(1, std::min(resident, total / per_block)));
+// Blocks and the stream-K share. Under one wave of tiles, all of them are streamed, over one block
+// per SM or fewer: a block walks >= kMinIters k-tiles (or one whole tile), and no tile is shared
+// by more than kMaxShare blocks (its fix-up reads that many slots on one SM). From one wave up,
+// whole waves run data-parallel and the last wave plus the partial one are streamed (each block
+// then walks at least one tile's worth: a shared tile has 2-3 blocks); a whole number of waves is
+// all data-parallel.
+Schedule plan(int64_t tiles, int64_t k_tiles, int64_t resident) {
+  Schedule s{};
+  s.tiles = int(tiles), s.k_tiles = int(k_tiles);
+  if (tiles < resident) {
+    s.sk_tiles = int(tiles);
+    const int64_t most = std::min({resident, tiles * k_tiles / std::min<int64_t>(kMinIters, k_tiles), tiles * kMaxShare});
+    s.blocks = int(std::max<int64_t>(1, most));
+  } else {
+    s.sk_tiles = tiles % resident == 0 ? 0 : int(tiles % resident + resident);
+    s.blocks = int(resident);
+  }
+  s.sk_total = int64_t(s.sk_tiles) * k_tiles;
+  return s;
 }
 
 template <typename T, int kConsumers, bool kMnA, bool kMnB>
@@ -216,17 +251,16 @@ cudaError_t launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const r
   const int64_t tiles = rosetta::ceil_div(M, C::kBM) * rosetta::ceil_div(N, kBN);
   const int64_t k_tiles = rosetta::ceil_div(K, kBK);
   if (tiles > INT_MAX || tiles * k_tiles > (INT64_MAX >> 12)) return cudaErrorInvalidValue;  // total * blocks fits
-  const int64_t total = tiles * k_tiles;
-  const int blocks = choose_blocks(total, k_tiles, int64_t(per_sm) * rosetta::sm_count());
-  const Schedule work{total, blocks, int(k_tiles)};
-  bool shared = false;  // does any block boundary fall inside a tile?
-  for (int64_t b = 1; b < blocks && !shared; ++b) shared = total * b / blocks % k_tiles != 0;
+  const Schedule work = plan(tiles, k_tiles, int64_t(per_sm) * rosetta::sm_count());
+  const int blocks = work.blocks;
+  bool shared = false;  // does any stream-K boundary fall inside a tile?
+  for (int64_t b = 1; b < blocks && !shared; ++b) shared = work.sk_total * b / blocks % k_tiles != 0;
   float2* slots = nullptr;
   unsigned* tickets = nullptr;
   if (shared) {
     slots = args.workspace.get<float2>(2 * int64_t(blocks) * C::kBM * kBN / 2);
-    tickets = args.workspace.get<unsigned>(tiles);
-    cudaMemsetAsync(tickets, 0, tiles * sizeof(unsigned), stream);
+    tickets = args.workspace.get<unsigned>(work.sk_tiles);
+    cudaMemsetAsync(tickets, 0, work.sk_tiles * sizeof(unsigned), stream);
   }
   T* const out = args.out.ptr<T>();
   const bool pairs = N % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
