@@ -9,7 +9,7 @@ Changed:  step 14's pipeline (a TMA producer warp, one or two wgmma consumer war
           G = one block per SM, fewer where that would leave a block under 4 k-tiles (or one
           tile). A tile that one block walks whole is stored from registers; a tile shared by
           blocks c0 .. c1 has each block write its fp32 accumulators to its own slot (in
-          register order: each thread's float pairs side by side, coalesced), fence, and take a
+          register order: each thread's float pairs side by side, coalesced) and take a
           ticket on the tile's counter; the block that draws the last ticket reads the slots in
           the order c0 .. c1 and stores the sum. Whichever block comes
           last, the additions happen in the same order: the same bits on every run. A block
@@ -68,6 +68,14 @@ struct Schedule {
 __device__ __forceinline__ int segment_end(int64_t end, int tile, int k_tiles) {
   const int64_t left = end - int64_t(tile) * k_tiles;
   return left < k_tiles ? int(left) : k_tiles;
+}
+
+// The tile's ticket counter + 1, returning the count before: a release of this block's slot
+// (ordered before it by the consumers' barrier) and, for the last block, an acquire of the others'.
+__device__ __forceinline__ unsigned take_ticket(unsigned* ticket) {
+  unsigned before;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(before) : "l"(ticket) : "memory");
+  return before;
 }
 
 // One block's segments in order, (tile, k-tiles [k0, k1)): its stream-K range first (where
@@ -201,12 +209,13 @@ __global__ void __launch_bounds__(Config<kConsumers>::kThreads, 1)
     // A shared tile: publish our part, then the last of its blocks to arrive adds them all.
     const int c0 = work.block_of(int64_t(tile) * k_tiles), c1 = work.block_of(int64_t(tile + 1) * k_tiles - 1);
     store_slot<kConsumerThreads>(d, slots + int64_t(work.slot(me, tile)) * kSlotPairs, M, m0);
-    __threadfence();  // our slot is visible device-wide before our ticket is
+    // One thread takes the ticket for all: the barrier orders every consumer's slot stores before
+    // its release, and its acquire (when last) before everyone's slot loads after the second
+    // barrier. A __threadfence in every thread instead (MEMBAR.SC.GPU) costs each of them a wait.
     sm90::named_barrier(kBarrierId, kConsumerThreads);
-    if (threadIdx.x == 0) last = atomicAdd(&tickets[tile], 1u) == unsigned(c1 - c0);
+    if (threadIdx.x == 0) last = take_ticket(&tickets[tile]) == unsigned(c1 - c0);
     sm90::named_barrier(kBarrierId, kConsumerThreads);
     if (!last) continue;
-    __threadfence();  // and the other blocks' slots are visible to us
     // Our own part too comes back from L2 rather than from registers: d is dead after store_slot,
     // which keeps the two-warpgroup kernel under its 168 registers a thread (no spills).
 #pragma unroll
