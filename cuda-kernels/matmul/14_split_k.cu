@@ -31,7 +31,8 @@ Still:    since S ~ SMs / tiles, the partials are about SMs x tile area x 4 byte
           last block of a tile adds the others' slices, in order, behind a counter) would keep
           them in L2 and drop the launch. Tile counts just over a multiple of the SMs leave a
           partial wave (M = 16, N = 28672: 224 tiles = 132 + 92 blocks); stream-K would even
-          them out. At M = 16 a 64-row tile computes 75% zero rows (free while memory-bound),
+          them out. Step 17 tries both, and measured slower: its in-kernel adds run on one SM
+          per tile. At M = 16 a 64-row tile computes 75% zero rows (free while memory-bound),
           and at large M 128 x 128 blocks read more from L2 per flop than step 13's pairs.
 Limits:   each of A and B needs one unit stride (row- or column-major; the dispatcher copies
           others). An operand the copy engine cannot read as it is (a leading stride that is not

@@ -1,19 +1,19 @@
 /*
-Step 17 — stream-K: every SM gets the same share of the multiply-adds, and the tiles it shares are
-          added up in the kernel
+Step 17 — stream-K: every SM an equal share of the k-iterations, shared tiles added in the kernel
 Changed:  step 14's pipeline (a TMA producer warp, one or two wgmma consumer warpgroups, 64 x 128 or
-          128 x 128 tiles, 9 or 7 stages) made persistent over a line of work: the output's tiles
-          in grouped order, each tile its k-tiles, tiles x k_tiles iterations in all. Block b of G
-          walks iterations [b * total / G, (b + 1) * total / G), crossing tile boundaries as they
-          come; the producer runs ahead into the next tile while the consumers finish this one.
-          G = one block per SM, fewer where that would leave a block under 4 k-tiles (or one
-          tile). A tile that one block walks whole is stored from registers; a tile shared by
-          blocks c0 .. c1 has each block write its fp32 accumulators to its own slot (in
-          register order: each thread's float pairs side by side, coalesced) and take a
-          ticket on the tile's counter; the block that draws the last ticket reads the slots in
-          the order c0 .. c1 and stores the sum. Whichever block comes
-          last, the additions happen in the same order: the same bits on every run. A block
-          shares at most two tiles (its first and its last), so 2 G slots cover any shape.
+          128 x 128 tiles, 9 or 7 stages) made persistent over a line of work: tiles in grouped
+          order, each tile its k-tiles. Under one wave of tiles all of them are one line of
+          tiles x k_tiles iterations, and block b of G walks [b * total / G, (b + 1) * total / G),
+          crossing tile boundaries as they come (G: one block per SM, fewer where a block would
+          walk under 4 k-tiles or a tile would be shared by more than 8). From one wave up, whole
+          waves run data-parallel (block b takes tiles b, b + G, ...) and only the last full wave
+          plus the partial one are streamed. The producer runs ahead into the next segment while
+          the consumers finish this one. A tile one block walks whole is stored from registers; a
+          tile shared by blocks c0 .. c1 has each block write its fp32 accumulators to its own slot
+          (in register order, coalesced) and take a ticket on the tile's counter (one thread,
+          acquire-release, after the consumers' barrier); the block that draws the last ticket
+          adds the slots in the order c0 .. c1 and stores the sum. Whichever block comes last,
+          the additions happen in the same order: the same bits on every run.
 Why:      step 14 cuts every tile into the same S slices and adds them in a second kernel: the
           launch (~2 us of an 8-20 us call at small M), partials for every tile, and a wave that
           is only even when SMs / tiles is. 128 x 768 x 3072 is 24 tiles of 128 x 128 x 12
@@ -21,14 +21,16 @@ Why:      step 14 cuts every tile into the same S slices and adds them in a seco
           launch); here 72 blocks of 4 iterations, the same reads, and the fix-up inside. 256 x
           3584 x 18944 has 296 tiles: over two waves of step 14's limit, and step 13's 148 tiles
           of 128 x 256 leave the second wave 12% full (69 us against cuBLAS's 56); here 132 blocks
-          of 125-126 iterations each, a few percent above one wave's work. 64 x 16384 x 64 (one
-          k-tile a tile): 128 blocks of one whole tile each, no slot, no ticket.
-Still:    the tiles are 128 x 128 without clusters: where the output fills the machine many times
-          (4096^3), step 13's 128 x 256 pairs with multicast read less from L2 per flop and win;
-          a hybrid (whole tiles data-parallel, stream-K only over the last waves) would keep both.
-          The tickets are zeroed by a memset before every launch (a node of its own in a graph).
-          The last block of a shared tile adds up to ~k_tiles / iterations-a-block slots one L2
-          round trip at a time, while the other blocks of that tile have moved on.
+          of 2.24 tiles' work each, a few percent above one wave's work.
+Still:    measured slower than steps 13-14 on every shape of the suite (H100; KERNEL_LOG has the
+          figures): the prediction above did not hold. Where tiles are shared, the last block adds
+          their slots alone, one L2 round trip per slot, after its own work: a serial tail on one
+          SM where step 14's second kernel spreads the same adds over all of them (128 x 768 x 3072:
+          3 slots of 64 KB a tile). At M = 1 the slots are a row each and the kernel is still ~7 us
+          behind step 14's on the same k-tiles: not explained without ncu's stall reasons. Where
+          the output fills the machine, 128 x 128 tiles read twice the L2 bytes per flop of step
+          13's 128 x 256 pairs with multicast: ~0.65x of it at 4096^3, the data-parallel part
+          included. The tickets are zeroed by a memset before every launch (a graph node of its own).
 Limits:   A and B need one unit stride each (row- or column-major; the dispatcher copies others);
           operands the copy engine cannot read as they are (a leading stride that is not a
           multiple of 8 elements, a start off 16 bytes) are first copied into the workspace, as in
