@@ -140,6 +140,10 @@ SASS_CLAIMS = [
     # from L2 ("never a stale L1 line")
     ("matmul/17_stream_k.cu", "matmul_stream_kI13__nv_bfloat16Li2ELb0ELb0E", lambda ops: {
         "UTMALDG.2D", "HGMMA.64x128x16.F32.BF16", "ATOMG.E.ADD.STRONG.GPU", "LDG.E.64.STRONG.GPU"} <= set(ops)),
+    # the slices meet "through DSMEM (mapa + ld.shared::cluster)" between two cluster barriers
+    ("matmul/18_split_k_cluster.cu", "matmul_split_k_clusterI13__nv_bfloat16Li2ELb0ELb0E", lambda ops: {
+        "UTMALDG.2D", "HGMMA.64x128x16.F32.BF16", "UCGABAR_ARV", "UCGABAR_WAIT"} <= set(ops)
+     and ops.count("LD.E.64") == 8),
     # linear_gelu step 2: "bias + GELU on the fp32 accumulators, before the only store" (bf16: GELU's
     # hardware tanh on the MUFU pipe, inside the wgmma kernel that stores by TMA)
     ("linear_gelu/02_fused_epilogue.cu", "I13__nv_bfloat16*BiasGelu", lambda ops: {"MUFU.TANH", "UTMASTG.2D"} <= set(ops)
