@@ -1,7 +1,7 @@
 /*
 Step 18 — split-K inside a cluster: the k-slices of a tile add up in distributed shared memory
 Changed:  step 14's split, with the S blocks of a tile launched as one thread-block cluster
-          (cluster dims 1 x S, S = 2, 4 or 8). Each block runs step 14's pipeline over its k-slice;
+          (cluster dims 1 x S, S <= 8). Each block runs step 14's pipeline over its k-slice;
           then it writes its fp32 accumulators into its own shared memory (the pipeline's stages,
           free by then: 64 KB for a 128 x 128 tile, in register order so each warp's writes are
           256 contiguous bytes), and the cluster meets at a barrier (barrier.cluster arrive.release
@@ -17,8 +17,9 @@ Why:      step 14's slices meet in global memory: S x M x N fp32 written and rea
           computed the slices, each adding 1/S of the tile from the S shared memories one DSMEM
           round trip deep, and never leave the cluster: 128 x 768 x 3072 is 24 tiles x 4 slices of 3
           k-tiles, 96 blocks, each adding a 32 x 128 band of its tile. The split rule is step
-          14's (about one block per SM), rounded down to a power of two up to 8, so that
-          clusters pack the GPCs (one block per SM: a GPC of 16-18 SMs holds two clusters of 8).
+          14's (about one block per SM), lowered until every cluster is resident at once: a
+          cluster sits whole on one GPC, so 132 SMs hold only 30 clusters of 4 (1 x 4096 x 4096:
+          32 tiles, S = 3 rather than 4; 32 clusters of 4 measured 24 us against step 14's 18.8).
 Still:    S <= 8 (the portable cluster size): a tile with many k-tiles and nothing else to share
           the machine (64 x 16384 x 64: one tile) runs on 8 SMs where step 14 puts 16. The slices
           are as long as step 14's; at M <= 16 a 64-row tile still multiplies padding rows.
@@ -171,14 +172,17 @@ __global__ void __launch_bounds__(Config<kConsumers>::kThreads, 1)
   sm90::cluster_sync();  // no block leaves while a peer may still read its sums
 }
 
-// S: about one block per SM (step 14's rule), slices of >= kMinSliceTiles k-tiles, then rounded
-// down to a power of two <= kMaxSplit.
-int choose_split(int64_t tiles, int64_t k_tiles) {
+// S: about one block per SM (step 14's rule), slices of >= kMinSliceTiles k-tiles, at most
+// kMaxSplit, and no more than lets every cluster be resident at once: a cluster is placed whole
+// on one GPC, so clusters of S one-block-per-SM blocks fit fewer than SMs / S times (this H100:
+// 66 of 2, 30 of 4, 15 of 8), and one more would wait for a second round, doubling the time.
+// clusters_fitting(s) is the occupancy API's count for clusters of s.
+template <typename ClustersFitting>
+int choose_split(int64_t tiles, int64_t k_tiles, ClustersFitting&& clusters_fitting) {
   const int64_t sms = rosetta::sm_count();
-  const int64_t target = std::min({(sms + tiles / 2) / tiles, k_tiles / kMinSliceTiles, int64_t(kMaxSplit)});
-  int split = 1;
-  while (split * 2 <= target) split *= 2;
-  return split;
+  int split = int(std::min({(sms + tiles / 2) / tiles, k_tiles / kMinSliceTiles, int64_t(kMaxSplit)}));
+  while (split > 1 && tiles > clusters_fitting(split)) --split;
+  return std::max(split, 1);
 }
 
 template <typename T, int kConsumers, bool kMnA, bool kMnB>
@@ -189,19 +193,32 @@ cudaError_t launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const r
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
   const int64_t tiles = rosetta::ceil_div(M, C::kBM) * rosetta::ceil_div(N, kBN);
   if (tiles > INT_MAX) return cudaErrorInvalidValue;
-  const int split = choose_split(tiles, rosetta::ceil_div(K, kBK));
-  T* const out = args.out.ptr<T>();
-  const bool pairs = N % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
+  // The launch for a split of s: a grid of tiles x s blocks in clusters of 1 x s.
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(tiles), unsigned(split));
   config.blockDim = dim3(C::kThreads);
   config.dynamicSmemBytes = C::kSmemBytes;
   config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = unsigned(split), cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
+  auto configure = [&](int s) {
+    config.gridDim = dim3(unsigned(tiles), unsigned(s));
+    cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = unsigned(s), cluster.val.clusterDim.z = 1;
+  };
+  static int fitting[kMaxSplit + 1] = {};  // per instantiation: clusters of s resident at once
+  const int split = choose_split(tiles, rosetta::ceil_div(K, kBK), [&](int s) {
+    if (fitting[s] == 0) {
+      configure(s);
+      int n = 0;
+      cudaOccupancyMaxActiveClusters(&n, kernel, &config);
+      fitting[s] = std::max(n, 1);
+    }
+    return int64_t(fitting[s]);
+  });
+  configure(split);
+  T* const out = args.out.ptr<T>();
+  const bool pairs = N % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
   return cudaLaunchKernelEx(&config, kernel, a.map, b.map, out, M, N, K, pairs);
 }
 
