@@ -19,7 +19,7 @@ Why:      step 14's slices meet in global memory: S x M x N fp32 written and rea
           k-tiles, 96 blocks, each adding a 32 x 128 band of its tile. The split rule is step
           14's (about one block per SM), lowered until every cluster is resident at once: a
           cluster sits whole on one GPC, so 132 SMs hold only 30 clusters of 4 (1 x 4096 x 4096:
-          32 tiles, S = 3 rather than 4; 32 clusters of 4 measured 24 us against step 14's 18.8).
+          32 tiles, S = 3 rather than 4: 32 clusters of 4 ran in two rounds, ~25% behind step 14).
 Still:    S <= 8 (the portable cluster size): a tile with many k-tiles and nothing else to share
           the machine (64 x 16384 x 64: one tile) runs on 8 SMs where step 14 puts 16. The slices
           are as long as step 14's; at M <= 16 a 64-row tile still multiplies padding rows.
