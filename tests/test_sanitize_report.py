@@ -152,6 +152,13 @@ def test_markdown_table_and_csv(tmp_path):
                                                      ("racecheck", "vector_add/cuda/01_naive")]
 
 
+    # read back as runs (what a run over some ops merges into): the same rows, errors and statuses
+    again = report.read_csv(tmp_path / "sanitize.csv")
+    assert [(r.tool, r.op, r.backend) for r in again] == [(r.tool, r.op, r.backend) for r in runs]
+    assert [r.rows for r in again] == [r.rows for r in runs]
+    assert report.read_csv(tmp_path / "absent.csv") == []
+
+
 def test_a_run_that_hangs_is_started_once_more(tmp_path):
     """The first start sleeps past its limit (a hung sanitizer); the second finishes: the result is
     the second's, marked restarted, and the first log is kept beside it."""

@@ -293,3 +293,24 @@ def write_csv(runs: list[Run], path) -> None:
         for run in runs:
             for r in run.rows:
                 writer.writerow({k: v for k, v in asdict(r).items() if k in CSV_FIELDS})
+
+
+def read_csv(path) -> list[Run]:
+    """An earlier sanitize.csv as runs (one per tool, op, backend; their summary lines are not kept
+    in the csv): what a run over some ops, backends or tools merges its own runs into."""
+    try:
+        with open(path, newline="") as f:
+            records = list(csv.DictReader(f))
+    except FileNotFoundError:
+        return []
+    counts = {"cases", "skipped", "errors", "warnings", "api_errors"}
+    runs: dict[tuple[str, str, str], Run] = {}
+    for rec in records:
+        row = Row(**{k: int(v) if k in counts else v for k, v in rec.items() if k in CSV_FIELDS})
+        run = runs.setdefault((row.tool, row.op, row.backend),
+                              Run(row.tool, row.op, row.backend, summary="(an earlier run: see its date in git)"))
+        run.rows.append(row)
+        if row.status != "ok":
+            run.status = row.status
+    return list(runs.values())
+
