@@ -310,7 +310,7 @@ def read_csv(path) -> list[Run]:
         run = runs.setdefault((row.tool, row.op, row.backend),
                               Run(row.tool, row.op, row.backend, summary="(an earlier run: see its date in git)"))
         run.rows.append(row)
-        if row.status != "ok":
+        if row.step == PROCESS:  # the process's own failure; a step's errors leave the run "ok"
             run.status = row.status
     return list(runs.values())
 
