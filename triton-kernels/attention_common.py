@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
+from rosetta.triton_kernels.common import cdiv
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 HEAD_DIMS = (64, 128)
@@ -199,7 +200,7 @@ def backward_delta(out, dout, block_m=64):
     """delta = rowsum(dO * O) into a new fp32 (B, H, Sq) scratch (every element written)."""
     B, H, Sq, D = out.shape
     delta = torch.empty((B, H, Sq), dtype=torch.float32, device=out.device)
-    grid = (B * H * triton.cdiv(Sq, block_m),)
+    grid = (B * H * cdiv(Sq, block_m),)
     wrap_triton(attention_delta_kernel)[grid](out, dout, delta, *head_strides(out), *head_strides(dout), H, Sq,
                                               HEAD_DIM=D, BLOCK_M=block_m, num_warps=4)
     return delta

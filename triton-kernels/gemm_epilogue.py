@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from rosetta.triton_kernels.norm_common import empty_partials, sum_partials
+from rosetta.triton_kernels.common import cdiv
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 CUBIC = 0.044715
@@ -80,7 +81,7 @@ def store_column_partials(dz, partial_ptr, pid_m, cols, col_ok, N, num_partials,
 
 
 def partial_rows(m: int) -> int:
-    return triton.cdiv(m, PARTIAL_M.value)
+    return cdiv(m, PARTIAL_M.value)
 
 
 def bias_partials(m: int, n: int, device) -> torch.Tensor:

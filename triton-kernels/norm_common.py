@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import sm_count, tuned
+from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count, tuned
 
 MAX_COLS = 65536  # the longest row the steps hold in one tile (past it, the backward spills ~2 KB)
 TILES = (2048, 4096, 8192, 16384)  # elements per tile the persistent steps' autotuner tries
@@ -61,10 +61,10 @@ def sum_partials(partial, *outs):
     fit, a narrow strip of columns each (>= 16 fp32 = 64 bytes: two whole 32-byte sectors per
     partial row)."""
     _, groups, cols = partial.shape
-    block_g = min(triton.next_power_of_2(groups), 256)
-    block_c = min(max(16, PARTIAL_TILE // block_g), triton.next_power_of_2(cols))
+    block_g = min(next_power_of_2(groups), 256)
+    block_c = min(max(16, PARTIAL_TILE // block_g), next_power_of_2(cols))
     for part, out in zip(partial, outs):
-        wrap_triton(partial_sum_kernel)[(triton.cdiv(cols, block_c),)](
+        wrap_triton(partial_sum_kernel)[(cdiv(cols, block_c),)](
             part, out, groups, cols, BLOCK_G=block_g, BLOCK_C=block_c, num_warps=8 if block_g * block_c >= 4096 else 4)
 
 
@@ -213,10 +213,10 @@ def sum_counted_partials(partial, count, *outs):
     of PARTIAL_COLUMNS columns (a 128-byte line of every partial row), all of a program's rows
     loaded at once where there are <= PARTIAL_ROWS (a single round trip to L2)."""
     sums, groups, cols = partial.shape
-    block_g = min(triton.next_power_of_2(groups), PARTIAL_ROWS)
-    block_c = min(PARTIAL_COLUMNS, triton.next_power_of_2(cols))
+    block_g = min(next_power_of_2(groups), PARTIAL_ROWS)
+    block_c = min(PARTIAL_COLUMNS, next_power_of_2(cols))
     warps = 16 if block_g * block_c >= 16384 else 8 if block_g * block_c >= 4096 else 4  # <= 32 fp32 a thread
-    grid = (triton.cdiv(cols, block_c), sums)
+    grid = (cdiv(cols, block_c), sums)
     if sums == 1:
         wrap_triton(counted_sum_kernel)[grid](partial, count, outs[0], cols, BLOCK_G=block_g,
                                               BLOCK_C=block_c, num_warps=warps)

@@ -34,6 +34,7 @@ from torch.library import wrap_triton
 from rosetta.triton_kernels.attention_common import (LOG2E, attend_keys, backward_delta, check_inputs,
                                                      dkdv_over_queries, dq_over_keys, head_base, head_strides,
                                                      load_lse2, load_rows)
+from rosetta.triton_kernels.common import cdiv
 
 BLOCK_M = 64  # queries per program
 BLOCK_N = 64  # keys per loop step
@@ -164,7 +165,7 @@ def launch(q, k, v, out, lse, causal, scale):
     if B * H * Sq == 0:
         return
     check_inputs("attention step 1", q, k, v)
-    grid = (B * H * triton.cdiv(Sq, BLOCK_M),)
+    grid = (B * H * cdiv(Sq, BLOCK_M),)
     wrap_triton(attention_fused_kernel)[grid](
         q, k, v, out, lse, *head_strides(q), *head_strides(k), *head_strides(v), H, Sq, Sk, scale * LOG2E,
         CAUSAL=bool(causal), HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=NUM_WARPS)
@@ -183,7 +184,7 @@ def launch_backward(q, k, v, out, lse, dout, dq, dk, dv, causal, scale):
     delta = backward_delta(out, dout)
     strides = (*head_strides(q), *head_strides(k), *head_strides(v), *head_strides(dout), *lse.stride()[:2])
     common = dict(CAUSAL=bool(causal), HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=2 * NUM_WARPS)
-    wrap_triton(attention_dkdv_kernel)[(B * H * triton.cdiv(Sk, BLOCK_N),)](
+    wrap_triton(attention_dkdv_kernel)[(B * H * cdiv(Sk, BLOCK_N),)](
         q, k, v, dout, lse, delta, dk, dv, *strides, H, Sq, Sk, scale * LOG2E, scale, **common)
-    wrap_triton(attention_dq_kernel)[(B * H * triton.cdiv(Sq, BLOCK_M),)](
+    wrap_triton(attention_dq_kernel)[(B * H * cdiv(Sq, BLOCK_M),)](
         q, k, v, dout, lse, delta, dq, *strides, H, Sq, Sk, scale * LOG2E, scale, **common)

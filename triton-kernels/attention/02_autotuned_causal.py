@@ -38,7 +38,7 @@ from torch.library import wrap_triton
 from rosetta.triton_kernels.attention_common import (LOG2E, attend_keys, backward_delta, check_inputs,
                                                      dkdv_over_queries, dq_over_keys, head_base, head_strides,
                                                      load_lse2, load_rows)
-from rosetta.triton_kernels.common import tuned
+from rosetta.triton_kernels.common import cdiv, tuned
 
 
 def config(bm, bn, warps, stages):
@@ -240,7 +240,7 @@ def launch(q, k, v, out, lse, causal, scale):
     if B * H * Sq == 0:
         return
     check_inputs("attention step 2", q, k, v)
-    grid = lambda meta: (B * H * triton.cdiv(Sq, meta["BLOCK_M"]),)  # noqa: E731
+    grid = lambda meta: (B * H * cdiv(Sq, meta["BLOCK_M"]),)  # noqa: E731
     wrap_triton(tuned_kernel(attention_causal_kernel, D))[grid](
         q, k, v, out, lse, *head_strides(q), *head_strides(k), *head_strides(v), H, Sq, Sk, scale * LOG2E,
         CAUSAL=bool(causal), HEAD_DIM=D)
@@ -258,9 +258,9 @@ def launch_backward(q, k, v, out, lse, dout, dq, dk, dv, causal, scale):
     check_inputs("attention step 2", q, k, v, out, lse, dout)
     delta = backward_delta(out, dout)
     args = (*head_strides(q), *head_strides(k), *head_strides(v), *head_strides(dout), *lse.stride()[:2], H, Sq, Sk, scale * LOG2E, scale)
-    grid_n = lambda meta: (B * H * triton.cdiv(Sk, meta["BLOCK_N"]),)  # noqa: E731
+    grid_n = lambda meta: (B * H * cdiv(Sk, meta["BLOCK_N"]),)  # noqa: E731
     wrap_triton(tuned_kernel(attention_causal_dkdv_kernel, D))[grid_n](
         q, k, v, dout, lse, delta, dk, dv, *args, CAUSAL=bool(causal), HEAD_DIM=D)
-    grid_m = lambda meta: (B * H * triton.cdiv(Sq, meta["BLOCK_M"]),)  # noqa: E731
+    grid_m = lambda meta: (B * H * cdiv(Sq, meta["BLOCK_M"]),)  # noqa: E731
     wrap_triton(tuned_kernel(attention_causal_dq_kernel, D))[grid_m](
         q, k, v, dout, lse, delta, dq, *args, CAUSAL=bool(causal), HEAD_DIM=D)

@@ -40,7 +40,7 @@ from rosetta.registry import select
 from rosetta.torch_ops import triton_module
 from rosetta.triton_kernels.attention_common import (LOG2E, attend_keys, backward_delta, check_inputs,
                                                      dkdv_over_queries, dq_over_keys, head_base, load_lse2)
-from rosetta.triton_kernels.common import sm_count, tuned
+from rosetta.triton_kernels.common import cdiv, sm_count, tuned
 from rosetta.triton_kernels.tma import set_descriptor_allocator
 
 # Step 2's loop split and tile lists, imported rather than copied: this step changes the loads,
@@ -250,7 +250,7 @@ def launch(q, k, v, out, lse, causal, scale):
     check_inputs("attention step 3", q, k, v)
     strides = tma_strides(3, (("q", q), ("k", k), ("v", v), ("out", out)))
     set_descriptor_allocator(q.device)
-    grid = programs(q.device, lambda meta: B * H * triton.cdiv(Sq, meta["BLOCK_M"]))
+    grid = programs(q.device, lambda meta: B * H * cdiv(Sq, meta["BLOCK_M"]))
     wrap_triton(tuned_kernel(attention_tma_kernel, D))[grid](
         q, k, v, out, lse, *strides, B, H, Sq, Sk, scale * LOG2E, CAUSAL=bool(causal), HEAD_DIM=D)
 
@@ -270,10 +270,10 @@ def launch_backward(q, k, v, out, lse, dout, dq, dk, dv, causal, scale):
     delta = backward_delta(out, dout)
     tail = (*lse.stride()[:2], B, H, Sq, Sk, scale * LOG2E, scale)
     wrap_triton(tuned_kernel(attention_tma_dkdv_kernel, D))[
-        programs(q.device, lambda meta: B * H * triton.cdiv(Sk, meta["BLOCK_N"]))](
+        programs(q.device, lambda meta: B * H * cdiv(Sk, meta["BLOCK_N"]))](
         q, k, v, dout, lse, delta, dk, dv, *qkv, *tma_strides(3, (("dk", dk), ("dv", dv))), *tail,
         CAUSAL=bool(causal), HEAD_DIM=D)
     wrap_triton(tuned_kernel(attention_tma_dq_kernel, D))[
-        programs(q.device, lambda meta: B * H * triton.cdiv(Sq, meta["BLOCK_M"]))](
+        programs(q.device, lambda meta: B * H * cdiv(Sq, meta["BLOCK_M"]))](
         q, k, v, dout, lse, delta, dq, *qkv, *tma_strides(3, (("dq", dq),)), *tail,
         CAUSAL=bool(causal), HEAD_DIM=D)

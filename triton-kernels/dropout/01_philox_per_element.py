@@ -33,6 +33,7 @@ import math
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
+from rosetta.triton_kernels.common import cdiv
 
 BLOCK = 1024
 
@@ -74,7 +75,7 @@ def launch(x, y, p, seed, offset):
     if n == 0:
         return
     # wrap_triton lets torch.compile trace the launch; eager calls go straight to the kernel.
-    wrap_triton(dropout_kernel)[(triton.cdiv(n, BLOCK),)](
+    wrap_triton(dropout_kernel)[(cdiv(n, BLOCK),)](
         x, y, n, p, keep_scale(p), seed, offset, BLOCK=BLOCK, num_warps=4)
 
 

@@ -21,6 +21,7 @@ import math
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
+from rosetta.triton_kernels.common import cdiv
 
 BLOCK = 1024
 
@@ -63,7 +64,7 @@ def launch(x, y, p, seed, offset, block=BLOCK, num_warps=4):
     n = x.numel()
     if n == 0:
         return
-    wrap_triton(dropout_kernel)[(triton.cdiv(n, block),)](
+    wrap_triton(dropout_kernel)[(cdiv(n, block),)](
         x, y, n, p, keep_scale(p), seed, offset, BLOCK=block, num_warps=num_warps)
 
 

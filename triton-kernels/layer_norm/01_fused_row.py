@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import sm_count
+from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count
 from rosetta.triton_kernels.norm_common import check_cols, empty_partials, sum_partials, warps_for
 
 PROGRAMS_PER_SM = 4  # backward: G = 4 x SMs programs, one dweight and one dbias partial row each
@@ -116,7 +116,7 @@ def launch(x, weight, bias, y, mean, rstd, eps):
     if rows == 0 or cols == 0:
         return
     check_cols(cols, "layer_norm step 1")
-    block = triton.next_power_of_2(cols)
+    block = next_power_of_2(cols)
     wrap_triton(layer_norm_row_kernel)[(rows,)](x, weight, bias, y, mean, rstd, cols, x.stride(0), eps,
                                                 BLOCK=block, num_warps=warps_for(block))
 
@@ -130,10 +130,10 @@ def launch_backward(x, weight, mean, rstd, dy, dx, dweight, dbias):
         dbias.zero_()
         return
     check_cols(cols, "layer_norm step 1")
-    block = triton.next_power_of_2(cols)
+    block = next_power_of_2(cols)
     groups = min(rows, PROGRAMS_PER_SM * sm_count(x.device))
-    rows_per_program = triton.cdiv(rows, groups)
-    groups = triton.cdiv(rows, rows_per_program)  # no program left without rows
+    rows_per_program = cdiv(rows, groups)
+    groups = cdiv(rows, rows_per_program)  # no program left without rows
     partial = empty_partials(2, groups, cols, x.device)
     wrap_triton(layer_norm_row_backward_kernel)[(groups,)](x, weight, mean, rstd, dy, dx, partial, rows, cols,
                                                            x.stride(0), dy.stride(0), rows_per_program,

@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import sm_count
+from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count
 from rosetta.triton_kernels.norm_common import check_cols, configs_for, empty_partials, programs, sum_partials
 
 BACKWARD_PROGRAMS_PER_SM = 2  # G = 2 x SMs: one dweight and one dbias partial row per program
@@ -145,12 +145,12 @@ def launch(x, weight, bias, y, mean, rstd, eps):
     if rows == 0 or cols == 0:
         return
     check_cols(cols, "layer_norm step 2")
-    block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
+    block = next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
 
     def grid(meta):
         # Registers per thread: x (then x - mean), w and b, ROWS x BLOCK / threads values each.
         per_thread = 2 * meta["ROWS"] * block // (32 * meta["WARPS"])
-        return (programs(x.device, triton.cdiv(rows, meta["ROWS"]), meta["WARPS"], per_thread),)
+        return (programs(x.device, cdiv(rows, meta["ROWS"]), meta["WARPS"], per_thread),)
 
     wrap_triton(forward_kernel(block))[grid](x, weight, bias, y, mean, rstd, rows, cols, x.stride(0), eps,
                                              BLOCK=block)
@@ -165,7 +165,7 @@ def launch_backward(x, weight, mean, rstd, dy, dx, dweight, dbias):
         dbias.zero_()
         return
     check_cols(cols, "layer_norm step 2")
-    block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
+    block = next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
     # Fixed before the autotuner picks ROWS: the partials are allocated for this grid.
     groups = min(rows, BACKWARD_PROGRAMS_PER_SM * sm_count(x.device))
     partial = empty_partials(2, groups, cols, x.device)

@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import sm_count, tuned
+from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count, tuned
 from rosetta.triton_kernels.norm_common import empty_partials, forward_pairs, partial_configs, partial_per_sm, \
     register_cap, sum_counted_partials
 
@@ -288,10 +288,10 @@ def launch(x, weight, bias, y, mean, rstd, eps):
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
+    block = next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
 
     def grid(meta):
-        return (triton.cdiv(rows, meta["ROWS"]),)
+        return (cdiv(rows, meta["ROWS"]),)
 
     wrap_triton(forward_kernel(block))[grid](x, weight, bias, y, mean, rstd, rows, cols, x.stride(0), eps,
                                              BLOCK=block)
@@ -305,7 +305,7 @@ def launch_backward(x, weight, mean, rstd, dy, dx, dweight, dbias):
         dweight.zero_()  # sums over no rows
         dbias.zero_()
         return
-    block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the caches too
+    block = next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the caches too
     max_per_sm = partial_per_sm(x.device, int(rows), x.element_size())
     # Partials for the largest grid any config launches; the kernel writes how many it used.
     groups = sm_count(x.device) * max_per_sm

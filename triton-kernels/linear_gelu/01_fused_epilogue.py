@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import tuned
+from rosetta.triton_kernels.common import cdiv, tuned
 from rosetta.triton_kernels.gemm_epilogue import (GELU, GELU_GRAD, NONE, bias_partials, gelu, gelu_grad,
                                                   load_bias, store_column_partials, sum_bias)
 
@@ -122,7 +122,7 @@ def gemm(x, y, out, epilogue, bias=None, dy=None, partial=None):
     dy = x if dy is None else dy
     partial = x if partial is None else partial
     num_partials = partial.shape[1] if epilogue == GELU_GRAD else 0
-    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+    grid = lambda meta: (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
     wrap_triton(linear_gelu_kernel)[grid](
         x, y, bias, dy, out, partial, M, N, K,
         x.stride(0), x.stride(1), y.stride(0), y.stride(1), bias.stride(0), dy.stride(0), dy.stride(1),

@@ -34,7 +34,7 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.ops.matmul import address, is_column_major
-from rosetta.triton_kernels.common import sm_count, tuned
+from rosetta.triton_kernels.common import cdiv, sm_count, tuned
 from rosetta.triton_kernels.gemm_epilogue import (GELU, GELU_GRAD, NONE, bias_partials, gelu, gelu_grad,
                                                   load_bias, store_column_partials, sum_bias)
 from rosetta.triton_kernels.tma import load_operands, operand_descriptors, set_descriptor_allocator, tile_coords
@@ -152,7 +152,7 @@ def tma_matrix(name, t):
     per = 16 // t.element_size()
     ld = t.stride(lead)
     if t.shape[lead] <= 1:
-        ld = max(per, triton.cdiv(t.shape[1 - lead], per) * per)
+        ld = max(per, cdiv(t.shape[1 - lead], per) * per)
     if (t.shape[1 - lead] > 1 and t.stride(1 - lead) != 1) or (ld * t.element_size()) % 16 or address(t) % 16:
         raise ValueError(
             f"linear_gelu step 2 loads {name} through TMA: it needs a row- or column-major matrix "
@@ -184,7 +184,7 @@ def gemm(x, y, out, epilogue, bias=None, dy=None, partial=None):
     set_descriptor_allocator(x.device)
     num_sms = sm_count(x.device)
     kernel = grad_tuned_kernel if epilogue == GELU_GRAD else tuned_kernel
-    grid = lambda meta: (min(num_sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
+    grid = lambda meta: (min(num_sms, cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
     wrap_triton(kernel)[grid](
         x, y, bias, dy, out, partial, M, N, K, ldx, ldy, lddy, out.stride(0), bias.stride(0), num_partials,
         A_COLS=x_cols, B_COLS=y_cols, DY_COLS=dy_cols, OUT_TMA=out_tma(out), HAS_K=K > 0,
@@ -207,7 +207,7 @@ def launch_backward(a, weight, bias, dy, da, dweight, dbias):
         return
     # dz in rows padded to 16 bytes: stored by TMA here, read by TMA as the next GEMMs' operand
     per = 16 // a.element_size()
-    dz = torch.empty((M, triton.cdiv(N, per) * per), dtype=a.dtype, device=a.device)[:, :N]
+    dz = torch.empty((M, cdiv(N, per) * per), dtype=a.dtype, device=a.device)[:, :N]
     partial = bias_partials(M, N, a.device)
     gemm(a, weight, dz, GELU_GRAD, bias=bias, dy=dy, partial=partial)  # z recomputed, dz stored
     gemm(dz, weight.t(), da, NONE)  # M x K (nothing when K = 0)

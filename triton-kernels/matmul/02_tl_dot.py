@@ -26,6 +26,7 @@ Mirrors:  CUDA steps 03-08 (fp32, CUDA cores) and 09-11 (16-bit, tensor cores)
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
+from rosetta.triton_kernels.common import cdiv
 
 BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = 128, 128, 32, 8, 3
 
@@ -74,7 +75,7 @@ def launch(a, b, out):
     N = b.shape[1]
     if M == 0 or N == 0:
         return
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    grid = (cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),)
     wrap_triton(matmul_tl_dot_kernel)[grid](
         a, b, out, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),

@@ -23,6 +23,7 @@ Mirrors:  CUDA steps 03-11 (as step 2); the grouped order is CUDA step 07's bloc
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
+from rosetta.triton_kernels.common import cdiv
 
 BLOCK_M, BLOCK_N, BLOCK_K, NUM_WARPS, NUM_STAGES = 128, 128, 32, 8, 3  # as step 2
 GROUP_M = 8  # row blocks per group: 8 x 128 rows of A stay in L2 while B's columns stream
@@ -78,7 +79,7 @@ def launch(a, b, out):
     N = b.shape[1]
     if M == 0 or N == 0:
         return
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    grid = (cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),)
     wrap_triton(matmul_grouped_kernel)[grid](
         a, b, out, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),

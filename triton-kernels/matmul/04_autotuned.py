@@ -24,7 +24,7 @@ from torch.library import wrap_triton
 
 from rosetta.registry import select
 from rosetta.torch_ops import triton_module
-from rosetta.triton_kernels.common import tuned
+from rosetta.triton_kernels.common import cdiv, tuned
 
 # The kernel is step 3's, imported rather than copied: this step changes only how it is launched.
 matmul_grouped_kernel = triton_module(select("matmul", "triton", 3)).matmul_grouped_kernel
@@ -70,7 +70,7 @@ def launch(a, b, out):
     if M == 0 or N == 0:
         return
     kernel = matmul_fp32_tuned if a.dtype == torch.float32 else matmul_half_tuned
-    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+    grid = lambda meta: (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
     wrap_triton(kernel)[grid](
         a, b, out, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0))

@@ -37,7 +37,7 @@ Mirrors:  CUDA steps 11 (wgmma + TMA) and 13 (persistent tile scheduler), withou
 import triton
 import triton.language as tl
 from rosetta.ops.matmul import is_column_major
-from rosetta.triton_kernels.common import sm_count, tuned
+from rosetta.triton_kernels.common import cdiv, sm_count, tuned
 from rosetta.triton_kernels.tma import (check_tma, load_operands, operand_descriptors,
                                          set_descriptor_allocator, tile_coords)
 from torch.library import wrap_triton
@@ -117,7 +117,7 @@ def launch(a, b, out):
     set_descriptor_allocator(a.device)
     num_sms = sm_count(a.device)
     a_cols, b_cols = is_column_major(a), is_column_major(b)
-    grid = lambda meta: (min(num_sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
+    grid = lambda meta: (min(num_sms, cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
     wrap_triton(matmul_persistent_tma_kernel)[grid](
         a, b, out, M, N, K, a.stride(1 if a_cols else 0), b.stride(1 if b_cols else 0), out.stride(0),
         A_COLS=a_cols, B_COLS=b_cols, NUM_SMS=num_sms)

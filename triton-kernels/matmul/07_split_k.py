@@ -53,7 +53,7 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.ops.matmul import is_column_major
-from rosetta.triton_kernels.common import INTERPRET, sm_count, tuned
+from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count, tuned
 from rosetta.triton_kernels.tma import tile_coords
 
 MIN_SLICE_STEPS = 4  # a slice keeps >= 4 BLOCK_K-steps, so the 3-5 stage pipeline is not all fill
@@ -106,7 +106,7 @@ FP32_CONFIGS = tuned([config(*c) for c in [
 
 def m_bucket(m):
     """M's tuning bucket and the tile height for it: 16 (tl.dot's least), 32, 64, 128, then powers of two."""
-    return max(16, triton.next_power_of_2(m))
+    return max(16, next_power_of_2(m))
 
 
 def tiles_fitting_m(configs, named_args, **kwargs):
@@ -126,15 +126,15 @@ def split_count(M, N, K, block_m, block_n, block_k, itemsize, sms):
         K-step's (BM + BN)·BK·itemsize bytes of loads),
       + the reduction's read of S·M·N·4 bytes shared by all SMs, and its launch.
     Ties go to the smaller S. Many tiles (>= ~1 wave) give S = 1."""
-    k_steps = triton.cdiv(K, block_k)
+    k_steps = cdiv(K, block_k)
     if INTERPRET:  # one "SM": nothing to fill; split anyway so the CPU tests run the reduction
         return max(1, min(k_steps, INTERPRET_SPLIT))
-    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+    tiles = cdiv(M, block_m) * cdiv(N, block_n)
     step_bytes = (block_m + block_n) * block_k * itemsize
     best, best_cost = 1, None
     for s in range(1, max(1, min(MAX_SPLIT, k_steps // MIN_SLICE_STEPS)) + 1):
-        waves = triton.cdiv(tiles * s, sms)
-        cost = waves * triton.cdiv(k_steps, s)
+        waves = cdiv(tiles * s, sms)
+        cost = waves * cdiv(k_steps, s)
         if s > 1:
             cost += waves * block_m * block_n * 4 / step_bytes + s * M * N * 4 / (sms * step_bytes) \
                 + REDUCE_LAUNCH_STEPS
@@ -251,7 +251,7 @@ def launch(a, b, out, split_k=None):
 
     def slices(block_m, block_n, block_k):
         if split_k is not None:
-            return max(1, min(split_k, triton.cdiv(K, block_k)))
+            return max(1, min(split_k, cdiv(K, block_k)))
         return rule(M, N, K, block_m, block_n, block_k, a.element_size(), sms)
 
     # The tuner's pick is known only inside the launch, so the workspace is sized for the most
@@ -261,14 +261,14 @@ def launch(a, b, out, split_k=None):
     most = max(slices(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in configs)
     part = torch.empty((most, M, N) if most > 1 else (1, 1, 1), dtype=torch.float32, device=a.device)
     note = torch.empty(1, dtype=torch.int32, device=a.device)
-    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),  # noqa: E731
+    grid = lambda meta: (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),  # noqa: E731
                          slices(meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]))
     wrap_triton(kernel)[grid](
         a, b, out, part, note, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), part.stride(0),
-        m_bucket(M), triton.next_power_of_2(N), triton.next_power_of_2(K), int(is_column_major(b)))
+        m_bucket(M), next_power_of_2(N), next_power_of_2(K), int(is_column_major(b)))
     if most > 1:  # some tile may split (the launch's own tile may not: then the reduction returns at once)
-        block_r = min(8, triton.next_power_of_2(M))
+        block_r = min(8, next_power_of_2(M))
         block_c = REDUCE_ELEMENTS // block_r
-        wrap_triton(split_k_reduce_kernel)[(triton.cdiv(M, block_r) * triton.cdiv(N, block_c),)](
+        wrap_triton(split_k_reduce_kernel)[(cdiv(M, block_r) * cdiv(N, block_c),)](
             part, note, out, M, N, part.stride(0), out.stride(0), BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import INTERPRET, sm_count
+from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count
 
 NUM_WARPS = 4
 BLOCK_K = 8  # rows of B per unrolled step: 8 loads in flight per thread
@@ -97,7 +97,7 @@ def split_count(strips: int, M: int, K: int, element_size: int, sms: int) -> int
     """K-slices: ~PROGRAMS_PER_SM programs per SM, >= MIN_SLICE rows each, partials under 1/8 of B."""
     if INTERPRET:
         return max(1, min(INTERPRET_SPLIT, K))
-    split = min(triton.cdiv(PROGRAMS_PER_SM * sms, strips), K // MIN_SLICE, K * element_size // (64 * M), MAX_SPLIT)
+    split = min(cdiv(PROGRAMS_PER_SM * sms, strips), K // MIN_SLICE, K * element_size // (64 * M), MAX_SPLIT)
     return max(1, split)
 
 
@@ -106,11 +106,11 @@ def launch(a, b, out):
     N = b.shape[1]
     if M == 0 or N == 0:
         return
-    m_pad = triton.next_power_of_2(M)
+    m_pad = next_power_of_2(M)
     bn = block_n(a.element_size())
-    strips = triton.cdiv(N, bn)
-    slice_rows = max(1, triton.cdiv(K, split_count(strips, M, K, a.element_size(), sm_count(a.device))))
-    split = max(1, triton.cdiv(K, slice_rows))  # no empty slice; K = 0: one, which stores zeros
+    strips = cdiv(N, bn)
+    slice_rows = max(1, cdiv(K, split_count(strips, M, K, a.element_size(), sm_count(a.device))))
+    split = max(1, cdiv(K, slice_rows))  # no empty slice; K = 0: one, which stores zeros
     part = torch.empty((split, M, N) if split > 1 else (1,), dtype=torch.float32, device=a.device)
     tickets = torch.zeros(strips if split > 1 else 1, dtype=torch.int32, device=a.device)
     wrap_triton(gemv_kernel)[(strips, split)](a, b, out, part, tickets, M, N, K, a.stride(0), b.stride(0), slice_rows, M * N,

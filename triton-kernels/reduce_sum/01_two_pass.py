@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
+from rosetta.triton_kernels.common import cdiv
 
 BLOCK = 4096
 FINISH_BLOCK = 4096
@@ -53,7 +54,7 @@ def launch(x, out):
     if n == 0:
         out.zero_()
         return
-    programs = triton.cdiv(n, BLOCK)
+    programs = cdiv(n, BLOCK)
     partials = torch.empty(programs, dtype=torch.float32, device=x.device)
     wrap_triton(partial_sums_kernel)[(programs,)](x, partials, n, BLOCK=BLOCK, num_warps=8)
     wrap_triton(finish_kernel)[(1,)](partials, out, programs, BLOCK=FINISH_BLOCK, num_warps=8)

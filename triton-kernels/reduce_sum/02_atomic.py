@@ -14,6 +14,7 @@ Mirrors:  CUDA step 09 (one launch), with an fp32 atomic per block in place of i
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
+from rosetta.triton_kernels.common import cdiv
 
 BLOCK = 16384
 
@@ -35,4 +36,4 @@ def launch(x, out):
     n = x.numel()
     if n == 0:
         return
-    wrap_triton(sum_atomic_kernel)[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK, num_warps=8)
+    wrap_triton(sum_atomic_kernel)[(cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK, num_warps=8)

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import sm_count, tuned
+from rosetta.triton_kernels.common import cdiv, sm_count, tuned
 
 PROGRAMS_PER_SM = 4
 
@@ -51,5 +51,5 @@ def launch(x, out):
     n = x.numel()
     if n == 0:
         return
-    grid = lambda meta: (min(programs_for(x), triton.cdiv(n, meta["BLOCK"])),)  # noqa: E731
+    grid = lambda meta: (min(programs_for(x), cdiv(n, meta["BLOCK"])),)  # noqa: E731
     wrap_triton(sum_persistent_kernel)[grid](x, out, n)

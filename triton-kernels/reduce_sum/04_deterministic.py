@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import sm_count, tuned
+from rosetta.triton_kernels.common import next_power_of_2, sm_count, tuned
 
 PROGRAMS_PER_SM = 4
 
@@ -63,4 +63,4 @@ def launch(x, out):
     partials = torch.empty(programs, dtype=torch.float32, device=x.device)
     grid = lambda meta: (programs,)  # noqa: E731 -- fixed grid, so every partial is written
     wrap_triton(partial_sums_persistent_kernel)[grid](x, partials, n)
-    wrap_triton(finish_kernel)[(1,)](partials, out, programs, BLOCK=triton.next_power_of_2(programs))
+    wrap_triton(finish_kernel)[(1,)](partials, out, programs, BLOCK=next_power_of_2(programs))

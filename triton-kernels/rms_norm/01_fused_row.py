@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import sm_count
+from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count
 from rosetta.triton_kernels.norm_common import check_cols, empty_partials, sum_partials, warps_for
 
 PROGRAMS_PER_SM = 4  # backward: G = 4 x SMs programs, one dweight partial row each
@@ -100,7 +100,7 @@ def launch(x, weight, y, rstd, eps):
     if rows == 0 or cols == 0:
         return
     check_cols(cols, "rms_norm step 1")
-    block = triton.next_power_of_2(cols)
+    block = next_power_of_2(cols)
     wrap_triton(rms_norm_row_kernel)[(rows,)](x, weight, y, rstd, cols, x.stride(0), eps, BLOCK=block,
                                               num_warps=warps_for(block))
 
@@ -113,10 +113,10 @@ def launch_backward(x, weight, rstd, dy, dx, dweight):
         dweight.zero_()  # a sum over no rows
         return
     check_cols(cols, "rms_norm step 1")
-    block = triton.next_power_of_2(cols)
+    block = next_power_of_2(cols)
     groups = min(rows, PROGRAMS_PER_SM * sm_count(x.device))
-    rows_per_program = triton.cdiv(rows, groups)
-    groups = triton.cdiv(rows, rows_per_program)  # no program left without rows
+    rows_per_program = cdiv(rows, groups)
+    groups = cdiv(rows, rows_per_program)  # no program left without rows
     partial = empty_partials(1, groups, cols, x.device)
     wrap_triton(rms_norm_row_backward_kernel)[(groups,)](x, weight, rstd, dy, dx, partial, rows, cols,
                                                          x.stride(0), dy.stride(0), rows_per_program,

@@ -54,7 +54,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import sm_count, tuned
+from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count, tuned
 from rosetta.triton_kernels.norm_common import empty_partials, forward_pairs, partial_configs, partial_per_sm, \
     register_cap, sum_counted_partials
 
@@ -250,10 +250,10 @@ def launch(x, weight, y, rstd, eps):
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
+    block = next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the cache too
 
     def grid(meta):
-        return (triton.cdiv(rows, meta["ROWS"]),)
+        return (cdiv(rows, meta["ROWS"]),)
 
     wrap_triton(forward_kernel(block))[grid](x, weight, y, rstd, rows, cols, x.stride(0), eps, BLOCK=block)
 
@@ -265,7 +265,7 @@ def launch_backward(x, weight, rstd, dy, dx, dweight):
     if rows == 0:
         dweight.zero_()  # a sum over no rows
         return
-    block = triton.next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the caches too
+    block = next_power_of_2(int(cols))  # int: a traced (symbolic) cols keys the caches too
     max_per_sm = partial_per_sm(x.device, int(rows), x.element_size())
     # Partials for the largest grid any config launches; the kernel writes how many it used.
     partial = empty_partials(1, sm_count(x.device) * max_per_sm, cols, x.device)

@@ -22,6 +22,7 @@ Mirrors:  CUDA step 5 (block per row, row in registers, 1 read + 1 write)
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
+from rosetta.triton_kernels.common import next_power_of_2
 
 
 @triton.jit
@@ -73,7 +74,7 @@ def launch(x, out):
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    block = triton.next_power_of_2(cols)
+    block = next_power_of_2(cols)
     wrap_triton(softmax_row_kernel)[(rows,)](x, out, cols, x.stride(0), BLOCK=block,
                                              num_warps=warps_for(block))
 
@@ -82,6 +83,6 @@ def launch_backward(y, dy, dx):
     rows, cols = y.shape
     if rows == 0 or cols == 0:
         return
-    block = triton.next_power_of_2(cols)
+    block = next_power_of_2(cols)
     wrap_triton(softmax_row_backward_kernel)[(rows,)](y, dy, dx, cols, y.stride(0), dy.stride(0),
                                                       BLOCK=block, num_warps=warps_for(block))

@@ -19,6 +19,7 @@ Mirrors:  CUDA step 4 (online softmax, one block per row)
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
+from rosetta.triton_kernels.common import next_power_of_2
 
 MAX_BLOCK = 4096  # elements per loop step: 16 per thread at 8 warps
 NUM_WARPS = 8
@@ -88,7 +89,7 @@ def softmax_online_backward_kernel(
 
 
 def block_for(cols):
-    return min(MAX_BLOCK, triton.next_power_of_2(cols))
+    return min(MAX_BLOCK, next_power_of_2(cols))
 
 
 def launch(x, out):

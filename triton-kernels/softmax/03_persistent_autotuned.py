@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import sm_count, tuned
+from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count, tuned
 
 # Longest row held in registers, forward (x) and backward (y, dy): 32 fp32 values per thread and
 # tensor at 32 warps, where a thread may have 64 registers.
@@ -48,8 +48,8 @@ def tile_plan(rows, cols):
     """The single-load path's table (BLOCK, ROWS, num_warps): rows under 2,048 elements packed
     into tiles of 2,048; 4 warps up to 2,048 elements, 8 up to 8,192, else 16 (32 would cap a
     thread at 64 registers)."""
-    block = triton.next_power_of_2(cols)
-    row_tile = min(max(1, 2048 // block), triton.next_power_of_2(rows))
+    block = next_power_of_2(cols)
+    row_tile = min(max(1, 2048 // block), next_power_of_2(rows))
     tile = row_tile * block
     return block, row_tile, 4 if tile <= 2048 else 8 if tile <= 8192 else 16
 
@@ -196,7 +196,7 @@ def launch(x, out):
         return
     if cols <= MAX_TILE_COLS[1]:
         block, row_tile, warps = tile_plan(rows, cols)
-        grid = (programs(x.device, triton.cdiv(rows, row_tile), warps, row_tile * block // (32 * warps)),)
+        grid = (programs(x.device, cdiv(rows, row_tile), warps, row_tile * block // (32 * warps)),)
         wrap_triton(softmax_tile_kernel)[grid](x, out, rows, cols, x.stride(0), BLOCK=block, ROWS=row_tile,
                                                num_warps=warps)
     else:
@@ -210,7 +210,7 @@ def launch_backward(y, dy, dx):
         return
     if cols <= MAX_TILE_COLS[2]:
         block, row_tile, warps = tile_plan(rows, cols)
-        grid = (programs(y.device, triton.cdiv(rows, row_tile), warps, 2 * row_tile * block // (32 * warps)),)
+        grid = (programs(y.device, cdiv(rows, row_tile), warps, 2 * row_tile * block // (32 * warps)),)
         wrap_triton(softmax_tile_backward_kernel)[grid](y, dy, dx, rows, cols, y.stride(0), dy.stride(0),
                                                         BLOCK=block, ROWS=row_tile, num_warps=warps)
     else:

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import INTERPRET, sm_count
+from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count
 
 # Register tiles: the longest row one program holds (forward x; backward y and dy): 64 fp32
 # values per thread at 16 warps, ~125 of the 128 registers a thread may have at 512 threads.
@@ -211,25 +211,25 @@ def plan(rows, cols, tensors, x):
     """(grid, chunks, chunk_len, meta): the host table. `tensors` is 1 forward, 2 backward."""
     # The interpreter splits rows from 1,025 elements on, so CPU tests reach the split path.
     if cols <= (1024 if INTERPRET else MAX_TILE[tensors]):
-        block = triton.next_power_of_2(cols)
+        block = next_power_of_2(cols)
         # Short rows: one per program as step 1 (measured faster than multi-row tiles), rows
         # under 1,024 elements packed into tiles of 2,048; <= 16 warps (32 caps at 64 registers).
         # Backward tiles of <= 2,048 take 8 warps (two tensors: fp32 4096 x 1024 ran 17.7 us at 8
         # warps, 18.1 at 4, and 18.4 as 2-row tiles of 4 warps, in development).
-        row_tile = 1 if block >= 1024 else min(2048 // block, triton.next_power_of_2(rows))
+        row_tile = 1 if block >= 1024 else min(2048 // block, next_power_of_2(rows))
         tile = row_tile * block
         warps = (4 if tensors == 1 else 8) if tile <= 2048 else 8 if tile <= 8192 else 16
         meta = dict(BLOCK=block, ROWS=row_tile, SPLIT=False, ONE_TILE=True, CHUNKS_P2=1, num_warps=warps)
         if tensors == 2:
             meta["EVICT"] = l2_policy(rows, cols, x)
-        return (triton.cdiv(rows, row_tile),), 1, block, meta
+        return (cdiv(rows, row_tile),), 1, block, meta
     block = SPLIT_BYTES // x.element_size() if tensors == 1 else SPLIT_TILE_BACKWARD
     # At most one chunk per SM (deadlock freedom, see Why): longer rows get chunks of several tiles.
-    tiles = triton.cdiv(triton.cdiv(cols, block), sm_count(x.device))
+    tiles = cdiv(cdiv(cols, block), sm_count(x.device))
     chunk_len = tiles * block
-    chunks = triton.cdiv(cols, chunk_len)
+    chunks = cdiv(cols, chunk_len)
     meta = dict(BLOCK=block, ROWS=1, SPLIT=True, ONE_TILE=tiles == 1,
-                CHUNKS_P2=triton.next_power_of_2(chunks), num_warps=block // 512)
+                CHUNKS_P2=next_power_of_2(chunks), num_warps=block // 512)
     if tensors == 2:
         meta["EVICT"] = ""
     return (rows * chunks,), chunks, chunk_len, meta

@@ -14,6 +14,7 @@ Mirrors:  CUDA steps 01-03 (naive, grid-stride, vectorized: the compiler picks t
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
+from rosetta.triton_kernels.common import cdiv
 
 BLOCK = 1024
 
@@ -41,4 +42,4 @@ def launch(x, y, out, block=BLOCK):
     if n == 0:
         return
     # wrap_triton lets torch.compile trace the launch; eager calls go straight to the kernel.
-    wrap_triton(add_kernel)[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block, num_warps=4)
+    wrap_triton(add_kernel)[(cdiv(n, block),)](x, y, out, n, BLOCK=block, num_warps=4)

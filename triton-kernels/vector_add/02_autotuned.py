@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import tuned
+from rosetta.triton_kernels.common import cdiv, tuned
 
 CONFIGS = tuned([triton.Config({"BLOCK": block}, num_warps=warps)
                  for block in (1024, 2048, 4096, 8192, 16384) for warps in (4, 8, 16)],
@@ -42,5 +42,5 @@ def launch(x, y, out):
     n = out.numel()
     if n == 0:
         return
-    grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)  # noqa: E731 -- BLOCK is the tuner's
+    grid = lambda meta: (cdiv(n, meta["BLOCK"]),)  # noqa: E731 -- BLOCK is the tuner's
     wrap_triton(add_kernel)[grid](x, y, out, n)
