@@ -91,18 +91,19 @@ def test_a_layout_copy_starts_every_row_on_16_bytes(layout):
 
 def test_default_step_is_the_last_one_whose_limits_the_inputs_fit():
     """With no measured table (the CPU), step=None picks the most optimized step that takes the
-    inputs: a few rows of A go to the small-M step; 16 rows are past it and go to split-K; a large
-    problem is past split-K's declared range (output_tiles) and goes to the last TMA step; a K of
-    33 (66-byte rows, no tensor map) goes past every TMA step to the last one without that limit."""
+    inputs: a tiny problem goes to the last step (a small-problem one: CUDA's cluster split-K,
+    Triton's GEMV); 16 rows go to a split-K step; a large problem is past every split-K step's
+    declared range (output_tiles) and goes to the last TMA step; a K of 33 (66-byte rows, no tensor
+    map) goes past every TMA step to the last one without that limit."""
     def best(m, k, n):
         return rosetta.best("matmul", backend, torch.bfloat16,
                             (torch.ones(m, k, dtype=torch.bfloat16), torch.ones(k, n, dtype=torch.bfloat16)))
     for backend in rosetta.BACKENDS:
         last = rosetta.best("matmul", backend, torch.bfloat16)
-        assert dict(last.bounds)["m_rows"] == 8, "the last 16-bit step is the small-M one"
         assert best(4, 32, 64) is last
+        assert {"m_rows", "output_tiles"} & set(dict(last.bounds)), "the last 16-bit step is for small problems"
         split_k = best(16, 32, 64)
-        assert dict(split_k.bounds)["output_tiles"] == 264 and split_k.step < last.step
+        assert dict(split_k.bounds)["output_tiles"] == 264 and split_k.step <= last.step
         big = best(2048, 32, 4096)  # 16 x 32 tiles of 128 x 128: past split-K's range
         assert "tma_unaligned" in dict(big.bounds) and "output_tiles" not in dict(big.bounds)
         odd_k = best(2048, 33, 4096)

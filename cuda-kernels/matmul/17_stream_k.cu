@@ -34,9 +34,13 @@ Still:    measured slower than steps 13-14 on every shape of the suite (H100; KE
 Limits:   A and B need one unit stride each (row- or column-major; the dispatcher copies others);
           operands the copy engine cannot read as they are (a leading stride that is not a
           multiple of 8 elements, a start off 16 bytes) are first copied into the workspace, as in
-          step 14. M, N, K < 2^31.
+          step 14. Declared for step 14's range, at most two waves of 128 x 128 output tiles
+          (`output_tiles <= 264`), so that without a measured table step=None never hands it a
+          large problem; the kernel itself takes any size (the bench measured it at 4096^3 before
+          the bound). M, N, K < 2^31.
 Dtypes:   bfloat16, float16
 Layout:   rows_or_cols
+Max:      output_tiles <= 264
 */
 #include "split_k.cuh"
 
