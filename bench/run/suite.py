@@ -28,7 +28,9 @@ TIMING_METHOD = ("one call captured as a CUDA graph, its replays timed with CUDA
                  f"turns (rosetta.timing.measure_in_turns: {timing.ROUNDS} rounds, each in a new seeded "
                  "shuffled order) so that their ratios see the same clock and no subject always follows "
                  f"the same one; each subject on {PLACEMENTS} outputs of its own (a graph each), one per "
-                 "round in rotation, so that no subject's time rests on where one output landed")
+                 "round in rotation, so that no subject's time rests on where one output landed (fewer "
+                 "where the graphs' memory, outputs and temporaries, would not fit a quarter of the free "
+                 "memory)")
 
 
 @dataclass(frozen=True)
@@ -122,9 +124,11 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     subjects and their layouts are timed in turns (timing.measure_in_turns), so their ratios see
     the same clock: timed one after the other, each saw its own moment of a GPU whose clock
     follows its temperature and power, and gaps of 1-2% between tiers came and went with the
-    order. Every subject in a turn keeps its PLACEMENTS outputs alive, so a group whose outputs
-    would take more than a quarter of the free memory is timed in several turns (long softmax
-    rows: one each)."""
+    order. Every subject in a turn keeps its placements alive, each a graph that holds its output
+    and the temporaries of its call (its own memory pool), so the subjects of a turn take at most
+    a quarter of the free memory: a group whose calls take more is timed in several turns (long
+    softmax rows: one each), and a call that alone takes more runs on fewer placements (the
+    unfused attention formula's S x S scores: one)."""
     from ..ceilings import apply_to_rows
 
     spec = SPECS[group.op]
@@ -142,15 +146,16 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     work = d.minimal_bytes(group.shape, group.dtype) if spec.metric == "GB/s" else d.flops(group.shape)
     scale = 1e9 if spec.metric == "GB/s" else 1e12
     out_bytes = sum(r.numel() * group.dtype.itemsize for r in as_tuple(reference))  # one call's outputs
+    torch.cuda.empty_cache()  # the last group's graph pools, cached but unused
     budget = torch.cuda.mem_get_info()[0] // 4
-    rows, turn = [], []  # turn: the (subject, row, launches) of right answers waiting to be timed
+    rows, turn = [], []  # turn: the (subject, row, launches, bytes) of right answers waiting to be timed
     fastest = {}  # backend -> its quickest replay so far in this group (the suite's slow-step cut)
 
     def time_turn():
         try:
-            times = timing.measure_in_turns([launches for _, _, launches in turn], flush)
-        except torch.OutOfMemoryError:  # the turn's outputs and temporaries together: one at a time
-            torch.cuda.empty_cache()
+            times = timing.measure_in_turns([launches for _, _, launches, _ in turn], flush)
+        except torch.OutOfMemoryError:  # more than measured (an allocator's slack): one at a time,
+            torch.cuda.empty_cache()  # then one placement
             if len(turn) > 1:
                 waiting = turn[:]
                 turn.clear()
@@ -158,12 +163,17 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
                     turn.append(entry)
                     time_turn()
                 return
-            subject, row, _ = turn.pop()
+            subject, row, launches, held = turn[0]
+            if len(launches) > 1:
+                turn[0] = (subject, row, launches[:1], held // len(launches))
+                time_turn()
+                return
+            turn.pop()
             row["status"] = "error: out of memory while timed"
             progress.report(subject.label, group, row["status"], row["layout"])
             torch.cuda.empty_cache()
             return
-        for (subject, row, _), t in zip(turn, times):
+        for (subject, row, _, _), t in zip(turn, times):
             row.update(status="ok", p50_ms=t["p50_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
                        timing=t["timing"], throughput=work / (t["p50_ms"] * 1e-3) / scale)
             progress.report(subject.label, group, f"{t['p50_ms'] * 1e3:10.1f} us {row['throughput']:8.1f} "
@@ -174,15 +184,17 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
         if not takes(subject, group):
             continue
         for name, x in laid_out.items():
-            if turn and (len(turn) + 1) * PLACEMENTS * out_bytes > budget:
-                time_turn()
             row = base_row(subject, group, dtype_name, sha)
             row["layout"] = name
-            launch = check(subject, group, d, x, reference, gate, row, fastest)
+            launch, call_bytes = check(subject, group, d, x, reference, gate, row, fastest)
             rows.append(row)
             if launch:  # right: the other placements are the same call into outputs of their own
-                more = [placement(subject, group, d, x)[0] for _ in range(PLACEMENTS - 1)]
-                turn.append((subject, row, [launch, *more]))
+                per_graph = out_bytes + call_bytes
+                count = max(1, min(PLACEMENTS, budget // per_graph))
+                if turn and sum(entry[3] for entry in turn) + count * per_graph > budget:
+                    time_turn()
+                more = [placement(subject, group, d, x)[0] for _ in range(count - 1)]
+                turn.append((subject, row, [launch, *more], count * per_graph))
             elif row["status"] == "wrong":
                 progress.report(subject.label, group, f"WRONG (error {row['error']:.3g} > {tolerance:g}), not timed", name)
             else:
@@ -195,8 +207,9 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
 
 
 def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, fastest: dict | None = None):
-    """The subject's launch on `inputs` (direction `d` of the group's op) when its answer is right
-    and it is to be timed; else None, with the row's status saying why (refused, error, wrong, or
+    """(launch, temporaries): the subject's launch on `inputs` (direction `d` of the group's op)
+    when its answer is right and it is to be timed, and the bytes one call allocates beyond its
+    output; else (None, 0), with the row's status saying why (refused, error, wrong, or
     too slow for this shape: at a headline, a first call slower than the spec's slow_call_ms; in
     the suite, a step whose graph replay takes SUITE_SLOWER times its backend's fastest so far,
     `fastest`, which this updates: it cannot be the one step=None picks)."""
@@ -218,15 +231,15 @@ def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, f
         del result
     except ValueError as exc:  # the step (or a peer) declares it does not take this input
         row.update(status=f"refused: {exc}".splitlines()[0][:200])
-        return None
+        return None, 0
     except Exception as exc:  # a broken step is reported, not fatal to the suite
         row.update(status=f"error: {type(exc).__name__}: {exc}".splitlines()[0][:200])
         torch.cuda.synchronize()
-        return None
+        return None, 0
     row["error"] = None if baseline else err
     if not err <= tolerance:
         row["status"] = "wrong"
-        return None
+        return None, 0
     if group.role == "suite" and fastest is not None:
         # the kernel's own time, from a graph (a first call's event time also holds the host's
         # launch path: tens of us for an autotuned Triton launch, more than a small GEMM takes)
@@ -235,14 +248,25 @@ def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, f
         best = fastest.get(subject.backend, math.inf)
         if one_call > SUITE_SLOWER * best:
             row["status"] = f"slow: {one_call / best:.0f}x the fastest {subject.backend} step here, not timed"
-            return None
+            return None, 0
         fastest[subject.backend] = min(best, one_call)
-        return launch
-    one_call = call_ms(launch)
-    if group.role == "headline" and one_call > SPECS[group.op].slow_call_ms:
-        row["status"] = f"slow: {one_call:.0f} ms a call, timed at smaller shapes"
-        return None
-    return launch
+    else:
+        one_call = call_ms(launch)
+        if group.role == "headline" and one_call > SPECS[group.op].slow_call_ms:
+            row["status"] = f"slow: {one_call:.0f} ms a call, timed at smaller shapes"
+            return None, 0
+    return launch, temporaries(launch)
+
+
+def temporaries(launch) -> int:
+    """Bytes one call allocates beyond the output it was given (a warm call: no compile or
+    autotune): the memory its graph's pool will hold."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    held = torch.cuda.memory_allocated()
+    launch()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - held
 
 
 def placement(subject, group: Group, d, inputs: tuple):

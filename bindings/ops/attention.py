@@ -216,34 +216,53 @@ def flex(q, k, v, out, causal=0, scale=SCALE):
     return _FLEX["fn"](q, k, v, block_mask=mask, scale=scale, return_lse=True)
 
 
-_GRAPHS = {}
+_FORWARDS = {}
+
+
+def _sdpa_forward(backend, q, k, v, causal, scale):
+    """One backend's aten forward, all it returns: its backward reads its own saved tensors (lse
+    in the backend's layout: the efficient kernel pads its rows, cuDNN adds a dimension)."""
+    causal = bool(causal)
+    if backend == "flash":
+        return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+    if backend == "cudnn":
+        return torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)
+    return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)
+
+
+def _sdpa_backward_call(backend, saved, q, k, v, dout, causal, scale):
+    """The backend's aten backward on its forward's saved tensors (what autograd would call)."""
+    causal = bool(causal)
+    if backend == "flash":
+        out, lse, cum_q, cum_k, max_q, max_k, seed, offset, _ = saved
+        return torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            dout, q, k, v, out, lse, cum_q, cum_k, max_q, max_k, 0.0, causal, seed, offset, scale=scale)
+    if backend == "cudnn":
+        out, lse, cum_q, cum_k, max_q, max_k, seed, offset, _ = saved
+        return torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+            dout, q, k, v, out, lse, seed, offset, None, cum_q, cum_k, max_q, max_k, 0.0, causal, scale=scale)
+    out, lse, seed, offset = saved
+    return torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+        dout, q, k, v, None, out, lse, seed, offset, 0.0, [True, True, True, False], causal, scale=scale)[:3]
 
 
 def sdpa_backward(backend):
-    """SDPA's backward alone with one backend forced: its forward runs once per input set (the
-    bench's warm-up call), then each call is torch.autograd.grad on the kept graph. The bench
-    captures each call in a CUDA graph that reads the kept forward's saved tensors at their
-    addresses, and times the subjects of one shape in turns: every kept forward of that shape
-    (each backend, each input layout) stays alive until a new shape arrives (freeing one while
-    another subject's graph still replays it read freed memory: an illegal address once
-    torch.cuda.empty_cache had released it)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    which = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-             "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
-
+    """SDPA's backward alone with one backend forced: the backend's forward runs once per input set
+    (the bench's warm-up call) and is kept; each call is the backend's aten backward on what that
+    forward saved. Called directly, not through torch.autograd.grad: autograd runs a backward
+    kernel on its forward's stream, not on the stream a CUDA graph is being captured on, so a
+    graph could not hold it (capture failed, and these tiers were timed call by call). A kept
+    forward is read by every graph of its shape while the bench times the shape's subjects in
+    turns: the forwards of one shape (each backend, each input layout) stay alive until a new
+    shape arrives (freeing one while another subject's graph still replays it read freed memory)."""
     def run(q, k, v, out, lse, dout, outs, causal=0, scale=SCALE):
         shape = (q.shape, k.shape, q.dtype, causal, scale)
-        key = (backend, q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), shape)
-        if key not in _GRAPHS:
-            if any(kept[-1] != shape for kept in _GRAPHS):
-                _GRAPHS.clear()  # a new shape: the last shape's subjects are done
-            leaves = tuple(t.detach().requires_grad_() for t in (q, k, v))
-            with sdpa_kernel(which):
-                o = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=bool(causal), scale=scale)
-            _GRAPHS[key] = (o, leaves)
-        o, leaves = _GRAPHS[key]
-        return torch.autograd.grad(o, leaves, dout, retain_graph=True)
+        key = (backend, q.data_ptr(), k.data_ptr(), v.data_ptr(), shape)
+        if key not in _FORWARDS:
+            if any(kept[-1] != shape for kept in _FORWARDS):
+                _FORWARDS.clear()  # a new shape: the last shape's subjects are done
+            _FORWARDS[key] = _sdpa_forward(backend, q, k, v, causal, scale)
+        return _sdpa_backward_call(backend, _FORWARDS[key], q, k, v, dout, causal, scale)
     return run
 
 
