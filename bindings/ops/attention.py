@@ -143,6 +143,19 @@ def scores(q, k, causal, scale):
     return s
 
 
+UNFUSED_MAX_SCORES = 8 * 2**30  # bytes of fp32 S the unfused tier materializes; past it, refused
+
+
+def refuse_unfused_past_memory(q, k):
+    """The unfused tier's declared range: its backward holds about five S x S fp32 tensors at
+    once (S, P, dP, dS and a temporary), 80 GiB at one 16k sequence of 16 heads."""
+    scores_bytes = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * 4
+    if scores_bytes > UNFUSED_MAX_SCORES:
+        raise ValueError(f"the unfused formula would materialize {scores_bytes / 2**30:.0f} GiB of fp32 scores "
+                         f"(B H Sq Sk x 4 bytes), more than its {UNFUSED_MAX_SCORES // 2**30} GiB range: "
+                         "timed at shorter sequences")
+
+
 def unfused(q, k, v, causal=0, scale=SCALE):
     """The formula as torch ops: S materialized, softmax, P V; with lse for the backward."""
     s = scores(q, k, causal, scale)
@@ -302,7 +315,7 @@ SPEC = OpSpec(
         minimal_bytes=io_bytes, flops=flops,
         torch_eager=lambda q, k, v, out, *params: flash(q, k, v, *params),  # FlashAttention-2
         torch_expr=unfused,
-        torch_unfused=lambda q, k, v, out, *params: unfused(q, k, v, *params),
+        torch_unfused=lambda q, k, v, out, *params: refuse_unfused_past_memory(q, k) or unfused(q, k, v, *params),
         more_tiers={"sdpa_cudnn": sdpa_backend("cudnn"), "sdpa_efficient": sdpa_backend("efficient"), "flex": flex},
         shape_params=shape_params,
     ),
@@ -319,7 +332,8 @@ SPEC = OpSpec(
         flops=lambda shape: 2.5 * flops(shape),
         torch_eager=sdpa_backward("flash"),
         torch_expr=unfused_backward,
-        torch_unfused=lambda q, k, v, out, lse, dout, outs, *params: unfused_backward(q, k, v, out, lse, dout, *params),
+        torch_unfused=lambda q, k, v, out, lse, dout, outs, *params: (refuse_unfused_past_memory(q, k)
+                                                                       or unfused_backward(q, k, v, out, lse, dout, *params)),
         more_tiers={"sdpa_cudnn": sdpa_backward("cudnn"), "sdpa_efficient": sdpa_backward("efficient")},
         shape_params=shape_params,
     ),

@@ -142,7 +142,8 @@ SPEC = OpSpec(
         (1025,),  # one past a block of 1024
         (3, 1001),  # 2-D: the flat index runs across rows
         (2**20 + 3,),  # many programs, a ragged tail
-        (2**28,),  # the headline size
+        # not the 2^28 headline: the bench checks it against fp64 on every run, and here 8 test
+        # workers holding its fp64 copies at once ran the GPU out of memory
     ),
     cpu_shapes=((0,), (1,), (7,), (1025,), (3, 33)),
 )
