@@ -92,6 +92,7 @@ def attend_keys(acc, l_i, m_i, q, offs_m, k_src, v_src, b, h, stride_ks, stride_
     to the input dtype (what the second tl.dot takes). MASKED: keys past Sk and, if CAUSAL, keys
     after the query (j > i) get -inf before the max. The caller's first block always holds key 0,
     unmasked for every row, so m is finite from the first block on (no -inf - -inf = NaN)."""
+    qk_scale = tl.cast(qk_scale, tl.float32)  # fp64 when Inductor launches (it types Python floats so)
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
@@ -124,6 +125,7 @@ def dkdv_over_queries(dk, dv, k, v, offs_n, q_src, do_src, b, h, lse_bh, delta_b
     P^T = exp2(qk_scale k q^T - lse2), dV += P^T dO, dP^T = v dO^T, dS^T = P^T (dP^T - delta),
     dK += dS^T q (times scale, applied once by the caller). MASKED: query rows past Sq and, if
     CAUSAL, pairs with key j > query i get P = 0; their q and dO rows read as 0."""
+    qk_scale = tl.cast(qk_scale, tl.float32)  # fp64 when Inductor launches (it types Python floats so)
     offs_m = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + offs_m
@@ -156,6 +158,7 @@ def dq_over_keys(dq, q, do, lse2, delta, offs_m, k_src, v_src, b, h, stride_ks, 
     P recomputed, dS = P (dO v^T - delta), dQ += dS k (times scale, applied once by the caller).
     MASKED: keys past Sk (read as 0, so their score would be 0, not -inf) and, if CAUSAL, keys
     after the query get P = 0."""
+    qk_scale = tl.cast(qk_scale, tl.float32)  # fp64 when Inductor launches (it types Python floats so)
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n

@@ -212,8 +212,14 @@ def attention_tma_dq_kernel(
         dq_desc.store([b, h, start_m, 0], (dq * scale).to(dq_ptr.dtype.element_ty).reshape(1, 1, BLOCK_M, HEAD_DIM))
 
 
-@functools.cache
 def tuned_kernel(kernel, head_dim):
+    """The kernel under its autotuner for this head_dim (a SymInt while torch traces with dynamic
+    shapes: the tile tables are per head_dim, so the trace specializes on it)."""
+    return _tuned_kernel(kernel, int(head_dim))
+
+
+@functools.cache
+def _tuned_kernel(kernel, head_dim):
     table = {attention_tma_kernel: step2.FORWARD_CONFIGS, attention_tma_dkdv_kernel: step2.DKDV_CONFIGS,
              attention_tma_dq_kernel: step2.DQ_CONFIGS}[kernel]
     return triton.autotune(configs=configs(table, head_dim), key=step2.KEY)(kernel)
