@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import math
 import os
 import re
 import shlex
@@ -123,10 +124,12 @@ class Result:
     restarted: bool = False
 
 
-def run_logged(argv: list[str], log: Path, env: dict, limit: float, retry: bool = False) -> Result:
+def run_logged(argv: list[str], log: Path, env: dict, limit: float, retry: bool = False,
+               deadline: float = math.inf) -> Result:
     """One process, stdout and stderr together in `log` (the sanitizer's lines stay in order with
     the driver's markers), killed with its whole session after `limit` seconds. With `retry`, a
-    run that timed out starts once more (its first log kept as <log>.timed-out)."""
+    run that timed out starts once more (its first log kept as <log>.timed-out) if 30 s remain
+    before `deadline`, and stops by it."""
     began = time.monotonic()
     with open(log, "w") as handle:
         handle.write("$ " + shlex.join(argv) + "\n")
@@ -138,9 +141,10 @@ def run_logged(argv: list[str], log: Path, env: dict, limit: float, retry: bool 
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             returncode, timed_out = proc.wait(), True
-    if timed_out and retry:
+    left = deadline - time.monotonic()
+    if timed_out and retry and left >= 30:
         log.replace(log.with_name(log.name + ".timed-out"))
-        again = run_logged(argv, log, env, limit)
+        again = run_logged(argv, log, env, min(limit, left))
         return Result(again.returncode, again.timed_out, time.monotonic() - began, restarted=True)
     return Result(returncode, timed_out, time.monotonic() - began)
 
@@ -151,7 +155,7 @@ def run_all(tasks: dict, jobs: int, limit: float, deadline: float, env: dict, on
     def one(name):
         argv, log, retry = tasks[name]
         left = deadline - time.monotonic()
-        result = run_logged(argv, log, env, min(limit, left), retry) if left >= 30 else Result(None, False, 0.0)
+        result = run_logged(argv, log, env, min(limit, left), retry, deadline) if left >= 30 else Result(None, False, 0.0)
         on_done(name, result)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
