@@ -10,7 +10,7 @@ from rosetta.bench import lines, results
 from rosetta.bench.docs import log, markers, plots, report, tables
 from rosetta.bench.profiling import ncu
 from rosetta.ops import SPECS
-from rosetta.bench.run.suite import subjects
+from rosetta.bench.run.suite import PLACEMENTS, placements_that_fit, subjects
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -356,3 +356,15 @@ def test_plotted_ceiling_is_the_one_the_table_divides_by():
             {"throughput": 768.0, "pct_of_ceiling": 100.0}, {"throughput": 759.0, "pct_of_ceiling": 98.8}]
     assert report.table_ceiling(rows) == pytest.approx(768.0)
     assert report.table_ceiling([{"throughput": 1.0, "pct_of_ceiling": None}]) is None
+
+
+def test_placements_shrink_with_the_calls_memory():
+    """A turn keeps every placement's graph alive (its output and its call's temporaries): a call
+    that holds a quarter of the budget takes PLACEMENTS outputs, a large one fewer, a call larger
+    than the whole budget still one (the unfused attention formula's 24 GiB of scores)."""
+    gib = 2**30
+    budget = 18 * gib
+    assert placements_that_fit(gib, budget) == PLACEMENTS
+    assert placements_that_fit(5 * gib, budget) == 3
+    assert placements_that_fit(24 * gib, budget) == 1
+    assert placements_that_fit(0, budget) == PLACEMENTS  # an empty output and no temporaries

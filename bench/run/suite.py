@@ -190,7 +190,7 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
             rows.append(row)
             if launch:  # right: the other placements are the same call into outputs of their own
                 per_graph = out_bytes + call_bytes
-                count = max(1, min(PLACEMENTS, budget // per_graph))
+                count = placements_that_fit(per_graph, budget)
                 if turn and sum(entry[3] for entry in turn) + count * per_graph > budget:
                     time_turn()
                 more = [placement(subject, group, d, x)[0] for _ in range(count - 1)]
@@ -204,6 +204,12 @@ def run_group(group: Group, subjects_: list, gen, limits: dict, flush, progress:
     add_speedups(rows)
     apply_to_rows(rows, limits, SPECS)
     return rows
+
+
+def placements_that_fit(per_graph: int, budget: int) -> int:
+    """How many placements of a call fit a turn's budget when each graph holds `per_graph` bytes
+    (its output and its call's temporaries): PLACEMENTS, fewer for a large call, never none."""
+    return max(1, min(PLACEMENTS, budget // max(per_graph, 1)))
 
 
 def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, fastest: dict | None = None):
