@@ -171,6 +171,16 @@ def unfused_backward(q, k, v, out, lse, dout, causal=0, scale=SCALE):
         (p.transpose(-1, -2) @ dout.float()).to(q.dtype)
 
 
+def unfused_tier(q, k, v, out, *params):
+    refuse_unfused_past_memory(q, k)
+    return unfused(q, k, v, *params)
+
+
+def unfused_backward_tier(q, k, v, out, lse, dout, outs, *params):
+    refuse_unfused_past_memory(q, k)
+    return unfused_backward(q, k, v, out, lse, dout, *params)
+
+
 def shape_params(shape):
     """(causal, scale) of a bench shape (B, H, Sq, Sk, D[, causal])."""
     return (shape[5] if len(shape) > 5 else 0), SCALE
@@ -315,7 +325,7 @@ SPEC = OpSpec(
         minimal_bytes=io_bytes, flops=flops,
         torch_eager=lambda q, k, v, out, *params: flash(q, k, v, *params),  # FlashAttention-2
         torch_expr=unfused,
-        torch_unfused=lambda q, k, v, out, *params: refuse_unfused_past_memory(q, k) or unfused(q, k, v, *params),
+        torch_unfused=unfused_tier,
         more_tiers={"sdpa_cudnn": sdpa_backend("cudnn"), "sdpa_efficient": sdpa_backend("efficient"), "flex": flex},
         shape_params=shape_params,
     ),
@@ -332,8 +342,7 @@ SPEC = OpSpec(
         flops=lambda shape: 2.5 * flops(shape),
         torch_eager=sdpa_backward("flash"),
         torch_expr=unfused_backward,
-        torch_unfused=lambda q, k, v, out, lse, dout, outs, *params: (refuse_unfused_past_memory(q, k)
-                                                                       or unfused_backward(q, k, v, out, lse, dout, *params)),
+        torch_unfused=unfused_backward_tier,
         more_tiers={"sdpa_cudnn": sdpa_backward("cudnn"), "sdpa_efficient": sdpa_backward("efficient")},
         shape_params=shape_params,
     ),
