@@ -259,6 +259,10 @@ def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, f
     else:
         one_call = call_ms(launch)
         if group.role == "headline" and one_call > SPECS[group.op].slow_call_ms:
+            # once more before judging: FlexAttention at the first shape of a run read 255-343 ms
+            # a call, and 1.1 ms at the next shape; a second call tells slow from still compiling
+            one_call = min(one_call, call_ms(launch))
+        if group.role == "headline" and one_call > SPECS[group.op].slow_call_ms:
             row["status"] = f"slow: {one_call:.0f} ms a call, timed at smaller shapes"
             return None, 0
     return launch, temporaries(launch)
