@@ -9,6 +9,8 @@ change one thing each, named on{BLOCK}w{warps}e{evict}p{programs per SM}:
                  evict_first, so the row waits in L2 for its second read; 0: no hints (step 3)
   programs/SM    the persistent grid: 1 or 2 programs an SM
 and "packed w{warps}": the whole row held as loaded (16-bit), exp recomputed for the store.
+`online` below is step 3's softmax_online_kernel copied with the EVICT switch added (an ablation
+varies the step's code, so it keeps its own copy rather than patching the step).
 Each is checked against an fp64 softmax, then all are timed in turns with the bench's method (CUDA
 graph replays, L2 flushed, median; rosetta.timing.measure_in_turns). On a GPU box, from the
 repository root: python bench/ablations/softmax_triton_long_rows.py
