@@ -216,7 +216,7 @@ def check(subject, group: Group, d, inputs: tuple, reference, gate, row: dict, f
     """(launch, temporaries): the subject's launch on `inputs` (direction `d` of the group's op)
     when its answer is right and it is to be timed, and the bytes one call allocates beyond its
     output; else (None, 0), with the row's status saying why (refused, error, wrong, or
-    too slow for this shape: at a headline, a first call slower than the spec's slow_call_ms; in
+    too slow for this shape: at a headline, two calls slower than the spec's slow_call_ms; in
     the suite, a step whose graph replay takes SUITE_SLOWER times its backend's fastest so far,
     `fastest`, which this updates: it cannot be the one step=None picks)."""
     tolerance = d.tolerance[group.dtype]
