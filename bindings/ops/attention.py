@@ -129,10 +129,20 @@ def _backward_scales(inputs):
     return sq_ + tiny, sk_ + tiny, sv_ + tiny
 
 
+def _sdpa_forward(backend, q, k, v, causal, scale):
+    """One backend's aten forward, all it returns: its backward reads its own saved tensors (lse
+    in the backend's layout: the efficient kernel pads its rows, cuDNN adds a dimension)."""
+    causal = bool(causal)
+    if backend == "flash":
+        return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+    if backend == "cudnn":
+        return torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)
+    return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)
+
+
 def flash(q, k, v, causal=0, scale=SCALE):
     """SDPA's flash backend (FlashAttention-2) called as the aten op, which returns lse too."""
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, bool(causal), False, scale=scale)[:2]
-    return out, lse
+    return _sdpa_forward("flash", q, k, v, causal, scale)[:2]
 
 
 def scores(q, k, causal, scale):
@@ -210,12 +220,7 @@ def autograd_grads(step_ops, ctx, grad, grad_lse=None):
 def sdpa_backend(backend):
     """F.scaled_dot_product_attention with one backend forced: (out, lse) through its aten op."""
     def run(q, k, v, out, causal=0, scale=SCALE):
-        if backend == "cudnn":
-            o, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(
-                q, k, v, None, True, 0.0, bool(causal), False, scale=scale)[:2]
-        else:
-            o, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
-                q, k, v, None, True, 0.0, bool(causal), scale=scale)[:2]
+        o, lse = _sdpa_forward(backend, q, k, v, causal, scale)[:2]
         return o, lse.reshape(*q.shape[:2], -1)[..., :q.shape[2]].float()  # some pad lse's rows
     return run
 
@@ -240,17 +245,6 @@ def flex(q, k, v, out, causal=0, scale=SCALE):
 
 
 _FORWARDS = {}
-
-
-def _sdpa_forward(backend, q, k, v, causal, scale):
-    """One backend's aten forward, all it returns: its backward reads its own saved tensors (lse
-    in the backend's layout: the efficient kernel pads its rows, cuDNN adds a dimension)."""
-    causal = bool(causal)
-    if backend == "flash":
-        return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
-    if backend == "cudnn":
-        return torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)
-    return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)
 
 
 def _sdpa_backward_call(backend, saved, q, k, v, dout, causal, scale):
