@@ -48,7 +48,6 @@ namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kChunk = 256;      // k rows of A staged in shared memory at a time
-constexpr int kMinSlice = 64;    // k rows per block at least: 8 per warp
 constexpr int kMaxSplit = 64;
 constexpr int kBlocksPerSm = 2;  // the grid's target: 16 warps an SM, 64 KB of B in flight, long slices
 
@@ -57,6 +56,8 @@ template <typename T> constexpr int cols_per_thread() { return 16 / int(sizeof(T
 
 // Rows of B a warp loads before it multiplies: all in flight at once, U x 512 bytes a warp.
 constexpr int U = 8;
+constexpr int kRound = U * kWarps;  // rows of B a block's warps take in one round
+static_assert(kChunk % kRound == 0, "a staged chunk of A holds whole rounds");
 
 // V elements of a row as one 16-byte streaming load (B is read exactly once: evict first).
 __device__ __forceinline__ uint4 load_raw(const void* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
@@ -114,22 +115,21 @@ __global__ void __launch_bounds__(kThreads, 2)  // <= 128 registers: two blocks 
     int k = warp;
     if (full) {
       // U rows a round, every load issued before the first multiply: a warp keeps U x 512 bytes
-      // of B in flight instead of waiting out each row's DRAM latency alone
-      for (; k + (U - 1) * kWarps < rows; k += U * kWarps) {
+      // of B in flight instead of waiting out each row's DRAM latency alone. The chunk's last
+      // round is predicated, not a row-by-row loop: a row past the chunk loads nothing and
+      // multiplies nothing, and the rows that exist are still all in flight at once.
+      for (; k < rows; k += U * kWarps) {
         uint4 raw[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u) raw[u] = load_raw(row + int64_t(k + u * kWarps) * ldb);
+        for (int u = 0; u < U; ++u)
+          raw[u] = k + u * kWarps < rows ? load_raw(row + int64_t(k + u * kWarps) * ldb) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
+          if (k + u * kWarps >= rows) break;  // the same for the whole warp: no divergence
           float bv[V];
           to_floats<T, V>(raw[u], bv);
           multiply_row<MR, V>(a_s[k + u * kWarps], bv, acc);
         }
-      }
-      for (; k < rows; k += kWarps) {  // the chunk's last rows: fewer than U per warp
-        float bv[V];
-        to_floats<T, V>(load_raw(row + int64_t(k) * ldb), bv);
-        multiply_row<MR, V>(a_s[k], bv, acc);
       }
     } else {  // the ragged last strip, or rows not on 16 bytes: element by element
       for (; k < rows; k += kWarps) {
@@ -191,13 +191,16 @@ __global__ void __launch_bounds__(kThreads, 2)  // <= 128 registers: two blocks 
   }
 }
 
-// K-slices: about kBlocksPerSm blocks per SM in all, slices of >= kMinSlice rows, and partials
-// (2 x S x M x N x 4 bytes) under 1/8 of B's K x N x sizeof(T).
-int choose_split(int64_t strips, int M, int K, int element_bytes) {
-  int64_t split = rosetta::ceil_div(int64_t(kBlocksPerSm) * rosetta::sm_count(), strips);
-  split = std::min({split, int64_t(K) / kMinSlice, int64_t(K) * element_bytes / (64 * int64_t(M)),
-                    int64_t(kMaxSplit)});
-  return int(std::max<int64_t>(split, 1));
+// K-slices: at most kBlocksPerSm blocks per SM in all (one wave: a second wave of a few blocks
+// would double the time of the whole product), slices a whole number of rounds (kRound rows: every
+// warp's last round as full as the others), and partials (2 x S x M x N x 4 bytes) under 1/8 of
+// B's K x N x sizeof(T). Returns the slice's rows.
+int choose_slice(int64_t strips, int M, int K, int element_bytes) {
+  int64_t split = std::max<int64_t>(int64_t(kBlocksPerSm) * rosetta::sm_count() / strips, 1);
+  split = std::min({split, rosetta::ceil_div(int64_t(K), int64_t(kRound)),
+                    int64_t(K) * element_bytes / (64 * int64_t(M)), int64_t(kMaxSplit)});
+  split = std::max<int64_t>(split, 1);
+  return int(rosetta::ceil_div(rosetta::ceil_div(int64_t(K), split), int64_t(kRound)) * kRound);
 }
 
 template <typename T, int MR>
@@ -205,7 +208,7 @@ cudaError_t launch(const rosetta::MatmulArgs& args, int M, int N, int K, cudaStr
   constexpr int V = cols_per_thread<T>(), kStrip = 32 * V;
   const int64_t strips = rosetta::ceil_div(N, kStrip);
   if (strips > INT_MAX) return cudaErrorInvalidValue;
-  const int slice = int(rosetta::ceil_div(K, choose_split(strips, M, K, sizeof(T))));
+  const int slice = choose_slice(strips, M, K, sizeof(T));
   const int split = int(rosetta::ceil_div(K, slice));  // no empty slice
   float* partials = nullptr;
   unsigned* tickets = nullptr;
