@@ -25,6 +25,7 @@ import inspect
 import torch
 from torch._library.triton import wrap_triton_enabled
 from torch.library import wrap_triton as torch_wrap_triton
+from torch.utils._python_dispatch import TorchDispatchMode
 
 MAX_KEYS = 256  # recorded launches a kernel keeps; past this its cache starts again
 _INT32 = (-(2**31), 2**31)
@@ -109,6 +110,8 @@ class Launcher:
 
     def launch(self, grid, args, kwargs):
         if self.jit is None:
+            if _recording is not None:  # a launch this module cannot keep
+                _recording.ok = False
             return self.kernel[grid](*args, **kwargs)
         key = self.key(args, kwargs)
         entry = self.cache.get(key) if key is not None else None
@@ -122,6 +125,8 @@ class Launcher:
             full.append(kwargs[name] if name in kwargs else fixed[name])
         if callable(grid):
             grid = grid(dict(zip(names, full)))
+        if _recording is not None:
+            _recording.launch(run, function, packed, grid, full)
         run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
             _C._cuda_getCurrentRawStream(_C._cuda_getDevice()), function, packed, None, None, None, *full)
 
@@ -150,11 +155,191 @@ class Launcher:
 
 
 def _hooked(hook) -> bool:
-    """Whether a launch hook is set: None or an empty HookChain (Triton 3.6's default) is not."""
-    return hook is not None and bool(getattr(hook, "calls", True))
+    """Whether a launch hook is set: None, an empty HookChain (Triton 3.6's default) or one holding
+    only the recorder's own hook is not."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return calls is None or any(call is not _unkept for call in calls)
 
 
 def install(module) -> None:
     """Give a Triton step module (and the shared modules it uses) this wrap_triton."""
     if getattr(module, "wrap_triton", None) is torch_wrap_triton:
         module.wrap_triton = wrap_triton
+
+
+# ---- replay: a call signature's launches recorded once --------------------------------------------
+# The public call fixes, per signature, every shape, stride, dtype and alignment a step's launch()
+# sees, so everything that launch() computes on the host (tile choices, grids, workspace sizes,
+# the autotuner's pick) comes out the same on every call of that signature. `Replay` runs launch()
+# once under a recorder and keeps what it did: the workspaces it allocated (and zeroed), and per
+# kernel the compiled launcher, the grid and the arguments, each tensor argument as a base tensor
+# (an input, an output or a workspace) plus a byte offset. Later calls redo only that: allocate,
+# then call each compiled launcher with raw pointers (an int pointer also skips the driver's
+# per-tensor pointer query). A launch() that does anything else -- a torch op other than these
+# allocations, views and zeroing, a kernel not yet compiled, an argument that cannot be keyed (a
+# TMA descriptor), a launch hook -- is not recorded, and the signature keeps calling launch().
+
+MAX_RECORD_TRIES = 3  # calls of a signature that may try to record (the first compiles and tunes)
+_recording: "Recording | None" = None
+_ALLOCATING = {"aten::empty.memory_format", "aten::empty_strided", "aten::new_empty", "aten::empty_like"}
+_ALLOCATING_ZEROS = {"aten::zeros", "aten::new_zeros", "aten::zeros_like"}
+_VIEWING = {"aten::view", "aten::_unsafe_view", "aten::alias", "aten::as_strided", "aten::unsqueeze",
+            "aten::squeeze.dim", "aten::t", "aten::transpose.int", "aten::select.int", "aten::slice.Tensor",
+            "aten::expand", "aten::permute", "aten::detach"}  # detach: torch adds it after a factory op
+
+
+class Recording:
+    """What one launch() call did, in order: ("alloc", size, stride, dtype), ("zero", base) and
+    ("launch", run, function, packed, grid, args, pointers); `ok` turns False at anything else."""
+
+    def __init__(self, tensors):
+        self.bases = list(tensors)  # index i: the call's tensors, then each allocation in order
+        self.actions: list = []
+        self.ok = True
+
+    def base_of(self, t) -> tuple[int, int] | None:
+        """(base index, byte offset) of a tensor argument: the latest base whose storage holds it."""
+        ptr = t.data_ptr()
+        for i in range(len(self.bases) - 1, -1, -1):
+            storage = self.bases[i].untyped_storage()
+            start = storage.data_ptr()
+            if start <= ptr < start + max(storage.nbytes(), 1):
+                return i, ptr - self.bases[i].data_ptr()
+        return None
+
+    def alloc(self, out) -> None:
+        self.actions.append(("alloc", tuple(out.shape), tuple(out.stride()), out.dtype))
+        self.bases.append(out)
+
+    def zero(self, t) -> None:
+        found = self.base_of(t)
+        base = self.bases[found[0]] if found else None
+        if base is None or found[1] != 0 or t.shape != base.shape or t.stride() != base.stride():
+            self.ok = False  # only whole bases are zeroed on replay
+            return
+        self.actions.append(("zero", found[0]))
+
+    def launch(self, run, function, packed, grid, args) -> None:
+        args, pointers = list(args), []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                if not a.data_ptr():  # an empty tensor: a null pointer, as Triton passes it
+                    args[i] = 0
+                    continue
+                found = self.base_of(a)
+                if found is None:
+                    self.ok = False
+                    return
+                pointers.append((i, *found))
+                args[i] = None
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.actions.append(("launch", run, function, packed, grid, args, tuple(pointers)))
+
+
+class _Watch(TorchDispatchMode):
+    """The torch ops launch() runs while it is recorded: allocations, zeroing and views are kept
+    or allowed; any other op makes the recording unusable."""
+
+    def __init__(self, recording: Recording):
+        super().__init__()
+        self.recording = recording
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.name()
+        if name in _ALLOCATING:
+            self.recording.alloc(out)
+        elif name in _ALLOCATING_ZEROS:
+            self.recording.alloc(out)
+            self.recording.zero(out)
+        elif name == "aten::zero_":
+            self.recording.zero(args[0])
+        elif name not in _VIEWING:
+            self.recording.ok = False
+        return out
+
+
+class Plan:
+    """A recorded launch() of one signature, replayed on that signature's tensors."""
+
+    def __init__(self, recording: Recording, device: torch.device, tensors: int):
+        self.actions, self.device, self.tensors = recording.actions, device, tensors
+
+    def __call__(self, args) -> None:
+        bases = list(args[:self.tensors])  # the call's tensors, then each allocation
+        stream = _C._cuda_getCurrentRawStream(self.device.index)
+        for action in self.actions:
+            kind = action[0]
+            if kind == "launch":
+                _, run, function, packed, grid, args, pointers = action
+                args = list(args)
+                for i, base, offset in pointers:
+                    args[i] = bases[base].data_ptr() + offset
+                run(grid[0], grid[1], grid[2], stream, function, packed, None, None, None, *args)
+            elif kind == "alloc":
+                bases.append(torch.empty_strided(action[1], action[2], dtype=action[3], device=self.device))
+            else:
+                bases[action[1]].zero_()
+
+
+class Replay:
+    """raw(*tensors, *params) for one call signature (tensors: the kernels' inputs then outputs),
+    recorded on one of its first calls with those params, replayed after. Params (eps, a seed)
+    are not in the signature: a plan is kept per params value, for the first MAX_PLANS values
+    (a new seed on every call is never worth a recording)."""
+
+    MAX_PLANS = 4
+
+    def __init__(self, raw, device: torch.device, tensors: int):
+        self.raw, self.device, self.tensors = raw, device, tensors
+        self.plans: dict = {}
+        self.tries = 0
+
+    def __call__(self, *args) -> None:
+        params = args[self.tensors:]
+        plan = self.plans.get(params)
+        if plan is not None and _C._cuda_getDevice() == self.device.index and not _launch_hooked():
+            return plan(args)
+        if self.tries >= MAX_RECORD_TRIES + self.MAX_PLANS or len(self.plans) >= self.MAX_PLANS \
+                or _recording is not None:
+            return self.raw(*args)
+        self.tries += 1
+        plan = record(self.raw, args, self.tensors, self.device)
+        if plan is not None:
+            self.plans[params] = plan
+
+
+def record(raw, args, tensors: int, device: torch.device) -> Plan | None:
+    """Run raw(*args) once, recorded (args: `tensors` tensors, then the params): its Plan, or None
+    when it did something a Plan cannot redo."""
+    from triton import knobs
+
+    global _recording
+    if _launch_hooked():  # a profiler's hook must see every launch: nothing is recorded
+        raw(*args)
+        return None
+    recording = _recording = Recording(args[:tensors])
+    knobs.runtime.launch_enter_hook.add(_unkept)
+    try:
+        with _Watch(recording):
+            raw(*args)
+    finally:
+        _recording = None
+        knobs.runtime.launch_enter_hook.remove(_unkept)
+    return Plan(recording, device, tensors) if recording.ok else None
+
+
+def _unkept(*args, **kwargs) -> None:
+    """The launch hook while a call is recorded: a kernel launched through Triton's own path (its
+    first compile and tuning, an argument the Launcher cannot key, a kernel not launched through
+    wrap_triton) is not in the recording, so the recording is not used."""
+    if _recording is not None:
+        _recording.ok = False
+
+
+def _launch_hooked() -> bool:
+    from triton import knobs
+
+    return _hooked(knobs.runtime.launch_enter_hook)

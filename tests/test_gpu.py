@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import rosetta
+from rosetta import calls
 from cases import HUGE_NUMEL, make_inputs, poisoned_output, strided_cases
 from helpers import GPU, assert_matches_reference, gpu_memory_allows
 from rosetta.dispatch import fits
@@ -71,6 +72,37 @@ def test_repeated_calls_launch_from_the_cache(gen, v, direction):
                 break
             out = poisoned_output(v.op, inputs, direction)
             assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out, direction=direction), direction)
+
+
+@pytest.mark.parametrize("v", [v for v in VARIANTS if v.backend == "triton"], ids=lambda v: v.label)
+def test_replayed_public_calls_match(gen, v):
+    """A Triton step's public call is recorded on one of its signature's first calls and replayed
+    after (rosetta.triton_launch.Replay): four calls of every test shape, each on fresh data into
+    an output block just filled with NaN, must all match (every output, saved statistics too)."""
+    params = SPECS[v.op].forward.defaults
+    for shape in SPECS[v.op].test_shapes:
+        inputs = make_inputs(v.op, shape, v.dtypes[0], GPU, gen)
+        if not fits(v, inputs):
+            continue
+        run = calls.direct(v, "forward", inputs)  # what the public call runs for this signature
+        for _ in range(4):
+            inputs = make_inputs(v.op, shape, v.dtypes[0], GPU, gen)
+            size = as_tuple(SPECS[v.op].forward.allocate(*inputs))[0].numel()
+            torch.full((max(size, 1),), float("nan"), device=GPU)  # freed at once: the output may reuse it
+            assert_matches_reference(v, inputs, run(*inputs, *params))
+
+
+@pytest.mark.parametrize("op", ["softmax", "matmul", "reduce_sum", "vector_add", "rms_norm"])
+def test_repeated_public_calls_are_replayed(gen, op, monkeypatch):
+    """The replay engages: a few calls of one signature in, step=None's Triton step runs its plan."""
+    from rosetta.triton_launch import Plan
+
+    replayed, replay = [], Plan.__call__
+    monkeypatch.setattr(Plan, "__call__", lambda self, args: (replayed.append(1), replay(self, args))[1])
+    inputs = make_inputs(op, SPECS[op].test_shapes[2], torch.float32, GPU, gen)
+    for _ in range(5):
+        calls.call(op, "triton", None, inputs, SPECS[op].forward.defaults)
+    assert replayed, f"{op}: no call of the signature was replayed"
 
 
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
@@ -307,8 +339,8 @@ def test_softmax_past_2_31_elements(gen, v):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("v", sorted(best_steps("matmul"), key=lambda v: v.label), ids=lambda v: v.label)
-def test_matmul_output_past_2_31_elements(gen, v):
+@pytest.mark.parametrize("backend", rosetta.BACKENDS)
+def test_matmul_output_past_2_31_elements(gen, backend):
     """A 46,344 x 46,344 bf16 output (2^31 + 282,688 elements) with K = 16: output offsets past 2^31
     must not wrap (46,344 keeps rows a multiple of 16 bytes, which TMA steps need). Checked block
     by block against fp32 math."""
@@ -317,6 +349,7 @@ def test_matmul_output_past_2_31_elements(gen, v):
         pytest.skip("not enough GPU memory")
     a = torch.randn(m, 16, device=GPU, generator=gen).to(torch.bfloat16)
     b = torch.randn(16, n, device=GPU, generator=gen).to(torch.bfloat16)
+    v = rosetta.best("matmul", backend, torch.bfloat16, (a, b))  # step=None's choice for this shape
     # Into NaN: every step gets the same seeded inputs, and a block just given back may still
     # hold the previous step's right answer, which would hide tiles this one never writes.
     out = v.launch_into(a, b, out=poisoned_output("matmul", (a, b)))

@@ -49,3 +49,73 @@ def test_autotuner_keys_by_its_exact_key_values():
     tuned = Launcher(triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])(JITFunction(body)))
     x = torch.empty(64)
     assert tuned.key((x, x, 100, 7), {}) != tuned.key((x, x, 101, 7), {})
+
+
+# ---- replay: a signature's launch() recorded once (CPU: fake launchers, CPU tensors) -------------
+
+class FakeCuda:
+    """The two CUDA queries a replay makes, answered without a GPU."""
+
+    @staticmethod
+    def _cuda_getCurrentRawStream(index):
+        return 7
+
+    @staticmethod
+    def _cuda_getDevice():
+        return 0
+
+
+def recorded(raw, args, tensors):
+    from rosetta import triton_launch
+
+    return triton_launch.record(raw, args, tensors, torch.device("cpu"))
+
+
+def test_replay_reallocates_rezeroes_and_relaunches_with_pointers(monkeypatch):
+    from rosetta import triton_launch
+
+    monkeypatch.setattr(triton_launch, "_C", FakeCuda)
+    launched = []
+
+    def run(gx, gy, gz, stream, function, packed, metadata, enter, exit_, *args):
+        launched.append(((gx, gy, gz), stream, function, args))
+
+    def launch(x, out, eps):  # a step's launch(): a workspace, zeroed tickets, views, one kernel
+        work = torch.empty(16)
+        tickets = torch.zeros(4, dtype=torch.int32)
+        triton_launch._recording.launch(run, "fn", "meta", (3,), [x.view(-1)[2:], out, work, tickets, 5, eps, None])
+
+    x, out = torch.arange(8.0).view(2, 4), torch.empty(8)
+    plan = recorded(launch, (x, out, 0.5), 2)
+    assert [a[0] for a in plan.actions] == ["alloc", "alloc", "zero", "launch"]
+    launched.clear()
+    x2, out2 = torch.zeros(2, 4), torch.empty(8)
+    plan((x2, out2, 0.5))
+    ((grid, stream, function, args),) = launched
+    assert grid == (3, 1, 1) and stream == 7 and function == "fn"
+    assert args[0] == x2.data_ptr() + 8 and args[1] == out2.data_ptr()  # an offset view of an input
+    assert all(isinstance(p, int) and p for p in args[2:4])  # the replay's own workspace and tickets
+    assert args[4:] == (5, 0.5, None)
+
+
+def test_a_launch_that_does_more_is_not_recorded():
+    from triton import knobs
+
+    from rosetta import triton_launch
+
+    def other_op(x, out):  # a torch op a plan would not redo
+        out.copy_(x)
+
+    def tritons_own_path(x, out):  # a launch the recorder did not see (a first compile, an unkeyed one)
+        knobs.runtime.launch_enter_hook(None)
+
+    def unknown_pointer(x, out):  # a tensor that is no input, output or workspace of this call
+        triton_launch._recording.launch(print, "fn", "meta", (1,), [STRAY])
+
+    x, out = torch.ones(4), torch.empty(4)
+    for launch in (other_op, tritons_own_path, unknown_pointer):
+        assert recorded(launch, (x, out), 2) is None, launch.__name__
+    assert not triton_launch._hooked(knobs.runtime.launch_enter_hook)  # the recorder's hook is gone
+
+
+STRAY = torch.ones(4)

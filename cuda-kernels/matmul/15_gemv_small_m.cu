@@ -11,23 +11,25 @@ Changed:  for M <= 8 there are no tiles. A block of 256 threads owns a strip of 
           With K split over S blocks, each strip's S partial sums go to a workspace and the last
           block of the strip to finish (an atomic ticket per strip) adds them in the order
           z = 0 .. S-1 and writes out: one kernel, and the same bits on every run -- the in-kernel
-          fix-up step 14's "Still:" asked for.
+          fix-up step 14's "Still:" asked for. Slices are whole rounds of 64 rows and the grid
+          one wave: a slice's last rows come in one predicated round, not row by row, each row
+          a full DRAM latency (at 4 x 4096 x 4096 bf16 that took the step from 28.6 to 22.6 us).
 Why:      at M <= 8 a GEMM is a read of B: 1 x 4096 x 4096 bf16 is 33.5 MB for 33.5 Mflop (one
           flop per byte; fp32 half that), ~11 us at 3 TB/s, and nothing else matters. Steps 11-14
           pad M to 64 rows of wgmma (94-98% zeros at M = 1-4: free while memory-bound) and keep
           a tile's pipeline of 24 KB stages per SM, with its fill and drain in every block. Here
           the bytes in flight come from eight rows of loads per warp: S is chosen for ~2 blocks
-          per SM (16 warps, 64 KB of B in flight; 272 blocks at 1 x 4096 x 4096 bf16, 17
-          K-slices of 241 rows). The fp32 ladder (steps 1-8) has no small-M path at all: step
+          per SM (16 warps, 64 KB of B in flight; 256 blocks at 1 x 4096 x 4096 bf16, 16
+          K-slices of 256 rows). The fp32 ladder (steps 1-8) has no small-M path at all: step
           8 at 1 x 4096 x 4096 reads B through 128 x 128 tiles on 32 SMs.
 Still:    a warp multiplies its eight rows while none of its loads are in flight, and two blocks
-          an SM are a quarter of its warps: the H100 measured DRAM well short of busy (level
-          with cuBLAS at one row, behind it at four to eight; KERNEL_LOG has the figures). The
-          next loads should be issued before this round's multiplies (two register buffers),
-          with more blocks where M is small and registers allow. The partials cost
-          2 x S x M x N x 4 bytes (S is capped so this stays under 1/8 of B's bytes: fewer
-          slices as M grows, 16 at M = 8, K = 4096 in bf16). A column-major B (a
-          weight stored (out, in) and used as W.t()) would need its columns walked instead: the
+          an SM are a quarter of its warps. At one row the step is near what a read of B costs
+          here: 33.5 MB in ~20 us, as the reductions of this project read 24.7 MB in 16 (a fixed
+          ~8 us of launch and DRAM ramp after the L2 flush, then ~2.9 TB/s), where cuBLAS's GEMV
+          takes 16.7; its lead is in that ramp. The partials cost 2 x S x M x N x 4 bytes, mostly
+          L2 hits (S is capped so this stays under 1/2 of B's bytes: fewer slices as M grows; at
+          1/8, 8 x 768 x 3072 got 3 slices and 36 blocks). A column-major B (a weight stored
+          (out, in) and used as W.t()) would need its columns walked instead: the
           dot-product form of a GEMV, not written here, so it is refused (`b_column_major`) and
           steps 11-14 read it through TMA. Each row of B costs a lane V x M FFMAs and the
           conversions: at M = 16 that is ~70 instructions per 8 bytes, the issue rate at HBM
@@ -193,12 +195,12 @@ __global__ void __launch_bounds__(kThreads, 2)  // <= 128 registers: two blocks 
 
 // K-slices: at most kBlocksPerSm blocks per SM in all (one wave: a second wave of a few blocks
 // would double the time of the whole product), slices a whole number of rounds (kRound rows: every
-// warp's last round as full as the others), and partials (2 x S x M x N x 4 bytes) under 1/8 of
-// B's K x N x sizeof(T). Returns the slice's rows.
+// warp's last round as full as the others), and partials (2 x S x M x N x 4 bytes, written and read
+// back through L2) under 1/2 of B's K x N x sizeof(T). Returns the slice's rows.
 int choose_slice(int64_t strips, int M, int K, int element_bytes) {
   int64_t split = std::max<int64_t>(int64_t(kBlocksPerSm) * rosetta::sm_count() / strips, 1);
   split = std::min({split, rosetta::ceil_div(int64_t(K), int64_t(kRound)),
-                    int64_t(K) * element_bytes / (64 * int64_t(M)), int64_t(kMaxSplit)});
+                    int64_t(K) * element_bytes / (16 * int64_t(M)), int64_t(kMaxSplit)});
   split = std::max<int64_t>(split, 1);
   return int(rosetta::ceil_div(rosetta::ceil_div(int64_t(K), split), int64_t(kRound)) * kRound);
 }

@@ -7,7 +7,8 @@ Why:      the same bytes and nearly the same time as step 3, but the result is b
           and testing want. The second pass reads 2 KB: ~3 us including the kernel boundary.
           (The CUDA ladder's step 9 gets determinism in one launch with a last-block-done
           counter; Triton has no grid-wide "am I last" without the same atomic ticket.)
-Still:    two launches; the block size is re-tuned for every new n.
+          Up to 1,024 elements one program does it all and stores the sum itself: one launch.
+Still:    two launches past 1,024 elements; the block size is re-tuned for every new n.
 Limits:   none.
 Mirrors:  CUDA step 09 (a fixed order of adds), with a second launch in place of its last-block ticket
 """
@@ -16,19 +17,20 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import next_power_of_2, sm_count, tuned
+from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count, tuned
 
 PROGRAMS_PER_SM = 4
 
-CONFIGS = tuned([triton.Config({"BLOCK": b}, num_warps=w) for b in (1024, 2048, 4096) for w in (4, 8)],
-                triton.Config({"BLOCK": 1024}, num_warps=4))
+MIN_BLOCK = 1024  # the smallest BLOCK a config may pick
+CONFIGS = tuned([triton.Config({"BLOCK": b}, num_warps=w) for b in (MIN_BLOCK, 2048, 4096) for w in (4, 8)],
+                triton.Config({"BLOCK": MIN_BLOCK}, num_warps=4))
 
 
 @triton.autotune(configs=CONFIGS, key=["n"])
 @triton.jit
 def partial_sums_persistent_kernel(
     x_ptr,  # input, contiguous
-    partials_ptr,  # float32[programs]
+    partials_ptr,  # float32[programs] (one program: the output itself)
     n,  # number of elements; the autotune key
     BLOCK: tl.constexpr,
 ):
@@ -57,10 +59,14 @@ def launch(x, out):
     if n == 0:
         out.zero_()
         return
-    sms = sm_count(x.device)
-    programs = PROGRAMS_PER_SM * sms
-    # Sized for the largest grid any config can pick; programs that get no block store a 0.
-    partials = torch.empty(programs, dtype=torch.float32, device=x.device)
+    # No more programs than the smallest block has work for (1,000 elements: one program), at most
+    # PROGRAMS_PER_SM an SM. Fixed per n, so the order of the adds, and the bits, are too.
+    programs = min(PROGRAMS_PER_SM * sm_count(x.device), cdiv(n, MIN_BLOCK))
     grid = lambda meta: (programs,)  # noqa: E731 -- fixed grid, so every partial is written
+    if programs == 1:  # the one partial is the sum: no workspace, no second launch
+        wrap_triton(partial_sums_persistent_kernel)[grid](x, out, n)
+        return
+    # Programs that get no block (a config with a larger BLOCK) store a 0.
+    partials = torch.empty(programs, dtype=torch.float32, device=x.device)
     wrap_triton(partial_sums_persistent_kernel)[grid](x, partials, n)
     wrap_triton(finish_kernel)[(1,)](partials, out, programs, BLOCK=next_power_of_2(programs))
