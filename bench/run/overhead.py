@@ -5,7 +5,7 @@ Each call is made CALLS times in a loop with no synchronisation and timed by the
 ROUNDS rounds, and the median round's mean is reported (single loops on the H100's host moved by up
 to a factor of three from run to run with garbage collections and other processes); the input is tiny, so the GPU finishes each kernel before the next launch arrives and the loop measures
 the host path alone. Layers, from the outside in: the public call (rosetta.<op>, step=None: the
-cached signature, allocation, the kernel launch), the same with requires_grad inputs (an
+cached signature, allocation, the kernel launch; for a Triton step, its recorded launches replayed), the same with requires_grad inputs (an
 autograd.Function around the same kernels), the registered torch op (what torch.compile traces:
 step choice, checks, custom-op dispatch), the step choice alone (registry.select) and the raw
 kernel launch into a preallocated output (what the bench's graphs capture).

@@ -16,15 +16,19 @@ Why:      at M <= 8 a GEMM is a read of B (1 x 4096 x 4096 bf16: 33.5 MB for 33.
           least mma.sync takes. What matters is bytes in flight on every SM: the split is chosen
           for ~4 programs per SM, slices of >= 32 rows, partials under 1/8 of B's bytes.
           16 rows a step and up to 128 slices, against 8 and 64 (bench/ablations/matmul_small_m.py,
-          H100, bf16): 4 x 4096 x 4096 74.5 -> 37.7 us, 8 x 4096 x 4096 95.8 -> 72.8, 1 x 768 x
-          3072 26.6 -> 17.0: more of B in flight a thread, and short K split finer.
+          H100, bf16): 4 x 4096 x 4096 74.3 -> 37.6 us, 8 x 4096 x 4096 95.7 -> 73.1, 1 x 768 x
+          3072 26.5 -> 16.9: more of B in flight a thread, and short K split finer.
           Mirrors step 1's rank-1 updates, now the right tool: at M <= 8 an outer product
           per row of B is exactly the work, with no shared-memory tile to fill.
-Still:    tickets need zeros in memory before every launch (a small torch.zeros, one more
-          launch); a column-major B (a weight (out, in) used as W.t()) would need the dot-product
-          form of a GEMV and is refused (`b_column_major`), left to steps 4-7, which read it as
-          it is; a[:, k] costs M_PAD scalar loads per row of B (L1 hits, but load instructions:
-          CUDA step 15 reads it from shared memory); M = 5-7 multiply 8 rows.
+Still:    slower than step 7's split-K on tl.dot at nearly every shape measured (8 x 4096 x
+          4096: 73.1 against 19.6 us): a[:, k] is built as an (M_PAD, 1) tile from M_PAD scalar
+          loads (L1 hits, but instructions; CUDA step 15 reads it from shared memory) and selects
+          per row of B, and the rank-1 update is M_PAD x BLOCK_N FFMAs a row where tl.dot's
+          16-row minimum costs nearly nothing; 32 rows a step help one row (28.5 us at 1 x 4096 x
+          4096) and hurt eight (99.6). Tickets need zeros in memory before every launch (a small
+          torch.zeros, one more launch); a column-major B (a weight (out, in) used as W.t())
+          would need the dot-product form of a GEMV and is refused (`b_column_major`), left to
+          steps 4-7, which read it as it is; M = 5-7 multiply 8 rows.
 Limits:   M <= 8 (`m_rows`), B row-major (`b_column_major`): others are refused before launch.
           A and B need their last stride 1 (the dispatcher copies A otherwise).
 Dtypes:   float32, float16, bfloat16
