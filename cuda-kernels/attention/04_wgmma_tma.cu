@@ -229,28 +229,31 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < kBN / 16; ++kk) a90::wgmma_rs<T, kD>(o, pa[kk], v_desc(v_tile, kk));
     sm90::wgmma_commit();
   };
-  // Online softmax of tile t's raw scores in s: scale into log2 units, mask (only the ragged
-  // last tile and, causal, the diagonal one compare), new row max over the quad, alpha =
-  // exp2(old max - new max) for O and the running sum, s = P = exp2(S - max) in fp32.
+  // Online softmax of tile t's raw scores in s, the scale folded into the exponent's FFMA:
+  // exp2(k s - m) with m = max(k s) = k max(s) for k >= 0, so interior tiles never multiply S by
+  // the scale on its own. The ragged last tile and, causal, the diagonal one (and every tile
+  // under a negative scale, where max(k s) would be k min(s)) scale first, mask to -inf, and run
+  // the same code with k = 1. Then the new row max over the quad, alpha = exp2(old max - new max)
+  // for O and the running sum, and s = P = exp2(k s - max) in fp32.
   auto softmax = [&](int t) {
     const int n0 = t * kBN;
     const bool edge = n0 + kBN > p.Sk || (p.causal && n0 + kBN - 1 > row0);
-#pragma unroll
-    for (int i = 0; i < kBN / 2; ++i) s[i] *= p.scale_log2;
-    if (edge) {
+    float k = p.scale_log2;
+    if (edge || k < 0.f) {
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) {
         const int j = n0 + 8 * (i / 4) + col_t + (i & 1), q = row_g + 8 * ((i / 2) & 1);
-        if (j >= p.Sk || (p.causal && j > q)) s[i] = -INFINITY;
+        s[i] = j >= p.Sk || (p.causal && j > q) ? -INFINITY : s[i] * k;
       }
+      k = 1.f;
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = row_max[h];
+      float mx = -INFINITY;
 #pragma unroll
       for (int cc = 0; cc < kBN / 8; ++cc) mx = fmaxf(mx, fmaxf(s[4 * cc + 2 * h], s[4 * cc + 2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(row_max[h], k * fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2)));
       // A row with nothing unmasked yet keeps m = -inf; subtracting 0 instead keeps its P at 0
       // rather than NaN (key 0 is in every row's first tile, so this is only a guard).
       const float m_use = mx == -INFINITY ? 0.f : mx;
@@ -262,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int i = 4 * cc + 2 * h + e;
-          s[i] = a90::exp2_approx(s[i] - m_use);
+          s[i] = a90::exp2_approx(fmaf(s[i], k, -m_use));
           sum += s[i];  // fp32 P in the sum; the MMA gets P rounded to T
         }
       row_sum[h] = row_sum[h] * alpha[h] + sum;
