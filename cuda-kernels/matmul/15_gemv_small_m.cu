@@ -13,7 +13,7 @@ Changed:  for M <= 8 there are no tiles. A block of 256 threads owns a strip of 
           z = 0 .. S-1 and writes out: one kernel, and the same bits on every run -- the in-kernel
           fix-up step 14's "Still:" asked for. Slices are whole rounds of 64 rows and the grid
           one wave: a slice's last rows come in one predicated round, not row by row, each row
-          a full DRAM latency (at 4 x 4096 x 4096 bf16 that took the step from 28.6 to 22.6 us).
+          a full DRAM latency (at 4 x 4096 x 4096 bf16 that took the step from 28.6 to 22.4 us).
 Why:      at M <= 8 a GEMM is a read of B: 1 x 4096 x 4096 bf16 is 33.5 MB for 33.5 Mflop (one
           flop per byte; fp32 half that), ~11 us at 3 TB/s, and nothing else matters. Steps 11-14
           pad M to 64 rows of wgmma (94-98% zeros at M = 1-4: free while memory-bound) and keep
