@@ -7,12 +7,15 @@ Changed:  the forward block is 3 warpgroups over 128 queries: warpgroup 0 only c
           (the softmax'ed S accumulators are its A fragments) and V read through the transpose
           bit. Each consumer issues the next tile's Q K^T before its softmax and lets P V run
           under it, and the two consumers take turns at issuing (named barriers), so one's exp2s
-          run under the other's MMAs (ping-pong). The backward (common/attention_sm90_backward.cuh)
-          turns it around: a block owns 128 keys, keeps dK, dV in registers and streams 64-query
-          tiles of Q, dO, lse, delta; with keys as M, P^T and dS^T feed dV += P^T dO and
-          dK += dS^T Q from registers, dQ = dS K reads dS^T back from shared memory, and each
-          tile's fp32 dQ partial is one bulk reduce-add into a global accumulator (a pre-kernel
-          computes delta and zeroes it, a post-kernel scales it into dQ).
+          run under the other's MMAs (ping-pong). The scale rides in the exponent: P = exp2(k s -
+          k max(s)) is one FFMA and one exp2 a score, the max taken on raw scores, so interior
+          tiles never multiply S by the scale on its own (ragged and diagonal tiles do, then
+          mask). The backward (common/attention_sm90_backward.cuh) turns it around: a block
+          owns 128 keys, keeps dK, dV in registers and streams 64-query tiles of Q, dO, lse,
+          delta; with keys as M, P^T and dS^T feed dV += P^T dO and dK += dS^T Q from registers,
+          dQ = dS K reads dS^T back from shared memory, and each tile's fp32 dQ partial is one
+          bulk reduce-add into a global accumulator (a pre-kernel computes delta and zeroes it, a
+          post-kernel scales it into dQ).
 Why:      step 3's mma.sync peaks near 2/3 of Hopper's dense tensor rate and every warp stalls
           on its own ldmatrix / exp2 / MMA chain; wgmma reads K and V straight from shared memory
           at the full 989 TFLOP/s rate. A 128 x 128 tile is 4.2 M MACs per consumer pair, ~2,050
