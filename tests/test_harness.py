@@ -368,3 +368,16 @@ def test_placements_shrink_with_the_calls_memory():
     assert placements_that_fit(5 * gib, budget) == 3
     assert placements_that_fit(24 * gib, budget) == 1
     assert placements_that_fit(0, budget) == PLACEMENTS  # an empty output and no temporaries
+
+
+def test_overhead_table_gives_each_call_its_step_and_multiple_of_torch():
+    def row(backend, name, us):
+        return {"op": "softmax", "backend": backend, "name": name, "dtype": "float32", "shape": "8x1000",
+                "p50_ms": us / 1e3}
+
+    table = report.overhead_table([row("torch", "call", 8.0), row("cuda", "call (step 5)", 12.0),
+                            row("triton", "call (step 1)", 20.0), row("triton", "raw launch", 9.0),
+                            row("torch", "call, requires_grad", 10.0), row("cuda", "call, requires_grad", 25.0)])
+    line = table.splitlines()[2]
+    assert line == ("| softmax | float32 8x1000 | 8.0 | 12.0 (step 5, 1.5x torch) | 20.0 (step 1, 2.5x torch) "
+                    "| 10.0 | 25.0 (2.5x torch) | - |")
