@@ -197,7 +197,11 @@ class Recording:
     def __init__(self, tensors):
         self.bases = list(tensors)  # index i: the call's tensors, then each allocation in order
         self.actions: list = []
-        self.ok = True
+        # Tensors that share memory (x passed twice, q, k, v views of one packed tensor) make a
+        # pointer's base ambiguous, and the signature does not say whether a later call shares
+        # it the same way: such a call is not recorded.
+        storages = [t.untyped_storage().data_ptr() for t in self.bases if t.numel()]
+        self.ok = len(set(storages)) == len(storages)
 
     def base_of(self, t) -> tuple[int, int] | None:
         """(base index, byte offset) of a tensor argument: the latest base whose storage holds it."""

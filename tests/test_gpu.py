@@ -105,6 +105,15 @@ def test_repeated_public_calls_are_replayed(gen, op, monkeypatch):
     assert replayed, f"{op}: no call of the signature was replayed"
 
 
+def test_replay_keeps_inputs_that_share_memory_apart(gen):
+    """One signature, called with one tensor twice and with two: a recording made while the
+    inputs shared memory would not know which pointer came from which, so none is made then,
+    and a recording made from separate inputs serves shared ones."""
+    x, y = (torch.randn(4099, device=GPU, generator=gen) for _ in range(2))
+    for pair in [(x, x)] * 3 + [(x, y)] * 3 + [(x, x), (y, x)]:
+        torch.testing.assert_close(rosetta.vector_add(*pair), pair[0] + pair[1], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
 def test_public_path_fills_a_recycled_nan_block(gen, v):
     """The caching allocator hands out a block just freed: fill one with NaN first, so a step

@@ -112,9 +112,16 @@ def test_a_launch_that_does_more_is_not_recorded():
     def unknown_pointer(x, out):  # a tensor that is no input, output or workspace of this call
         triton_launch._recording.launch(print, "fn", "meta", (1,), [STRAY])
 
+    def plain(x, out):  # recordable on its own
+        triton_launch._recording.launch(print, "fn", "meta", (1,), [x, out])
+
     x, out = torch.ones(4), torch.empty(4)
     for launch in (other_op, tritons_own_path, unknown_pointer):
         assert recorded(launch, (x, out), 2) is None, launch.__name__
+    assert recorded(plain, (x, out), 2) is not None
+    packed = torch.ones(8)  # two inputs in one storage: which one a pointer came from is ambiguous
+    assert recorded(plain, (packed[:4], packed[4:]), 2) is None
+    assert recorded(plain, (x, x), 2) is None
     assert not triton_launch._hooked(knobs.runtime.launch_enter_hook)  # the recorder's hook is gone
 
 
