@@ -7,7 +7,8 @@ will be taken, and per input its dtype, shape, strides, device and 16-byte align
 copy. A repeated call looks its signature up, allocates the output and launches the step's kernel:
 the C++ op for a CUDA step, the Triton kernel for a Triton step, with no custom-op dispatch around
 it. A Triton step's launch() is recorded on one of its signature's first calls and replayed after
-(triton_launch.Replay): its workspaces allocated, its compiled kernels launched on raw pointers. With a gradient to take, a small autograd.Function runs the same step's kernels (softmax: its
+(triton_launch.Replay): its workspaces allocated, its compiled kernels launched on raw pointers.
+With a gradient to take, a small autograd.Function runs the same step's kernels (softmax: its
 backward kernel; matmul: the step on transposed views). While torch.compile, make_fx or another
 dispatch mode traces, or a tensor is a subclass, the call takes the registered torch op instead
 (dispatch.run), which is what tracing sees and what opcheck tests.
@@ -118,7 +119,7 @@ def direct(v, direction: str, inputs: tuple | None = None):
     allocate, raw, n, several = d.allocate, torch_ops.raw_launcher(v, direction), len(d.inputs), len(d.outputs) > 1
     as_is = inputs is not None and all(_viewable(spec, name, t) and fits_layout(spec.view(name, t), v.layout)
                                        for name, t in zip(d.inputs, inputs))
-    if as_is and v.backend == "triton" and inputs[0].is_cuda:  # the signature fixes what launch() computes: record it once
+    if as_is and v.backend == "triton" and inputs[0].is_cuda:  # the signature fixes what launch() does
         raw = triton_launch.Replay(raw, inputs[0].device, n + len(d.outputs))
     if as_is:
         outs_like = as_tuple(allocate(*(torch.empty_like(t, device="meta") for t in inputs)))  # no memory

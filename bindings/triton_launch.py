@@ -132,10 +132,8 @@ class Launcher:
 
     def record(self, key, grid, args, kwargs):
         """Triton's own launch; then keep what it compiled and chose for this key."""
-        from triton import knobs
-
         compiled = self.kernel[grid](*args, **kwargs)
-        if key is None or compiled is None or _hooked(knobs.runtime.launch_enter_hook):
+        if key is None or compiled is None or _launch_hooked():
             return compiled
         fixed = dict(self.defaults)
         if self.tuner is not None:
@@ -181,7 +179,7 @@ def install(module) -> None:
 # allocations, views and zeroing, a kernel not yet compiled, an argument that cannot be keyed (a
 # TMA descriptor), a launch hook -- is not recorded, and the signature keeps calling launch().
 
-MAX_RECORD_TRIES = 3  # calls of a signature that may try to record (the first compiles and tunes)
+MAX_RECORD_TRIES = 3  # recordings a plan may take (the first call compiles and tunes: not kept)
 _recording: "Recording | None" = None
 _ALLOCATING = {"aten::empty.memory_format", "aten::empty_strided", "aten::new_empty", "aten::empty_like"}
 _ALLOCATING_ZEROS = {"aten::zeros", "aten::new_zeros", "aten::zeros_like"}
@@ -306,8 +304,7 @@ class Replay:
         plan = self.plans.get(params)
         if plan is not None and _C._cuda_getDevice() == self.device.index and not _launch_hooked():
             return plan(args)
-        if self.tries >= MAX_RECORD_TRIES + self.MAX_PLANS or len(self.plans) >= self.MAX_PLANS \
-                or _recording is not None:
+        if self.tries >= MAX_RECORD_TRIES * self.MAX_PLANS or _recording is not None:
             return self.raw(*args)
         self.tries += 1
         plan = record(self.raw, args, self.tensors, self.device)
@@ -318,20 +315,19 @@ class Replay:
 def record(raw, args, tensors: int, device: torch.device) -> Plan | None:
     """Run raw(*args) once, recorded (args: `tensors` tensors, then the params): its Plan, or None
     when it did something a Plan cannot redo."""
-    from triton import knobs
-
     global _recording
     if _launch_hooked():  # a profiler's hook must see every launch: nothing is recorded
         raw(*args)
         return None
     recording = _recording = Recording(args[:tensors])
-    knobs.runtime.launch_enter_hook.add(_unkept)
+    hooks = _runtime().launch_enter_hook
+    hooks.add(_unkept)
     try:
         with _Watch(recording):
             raw(*args)
     finally:
         _recording = None
-        knobs.runtime.launch_enter_hook.remove(_unkept)
+        hooks.remove(_unkept)
     return Plan(recording, device, tensors) if recording.ok else None
 
 
@@ -344,6 +340,18 @@ def _unkept(*args, **kwargs) -> None:
 
 
 def _launch_hooked() -> bool:
-    from triton import knobs
+    return _hooked(_runtime().launch_enter_hook)
 
-    return _hooked(knobs.runtime.launch_enter_hook)
+
+_RUNTIME = None
+
+
+def _runtime():
+    """triton.knobs.runtime, imported on first use (rosetta is imported before TRITON_INTERPRET
+    may be set) and not again on every replayed call."""
+    global _RUNTIME
+    if _RUNTIME is None:
+        from triton import knobs
+
+        _RUNTIME = knobs.runtime
+    return _RUNTIME

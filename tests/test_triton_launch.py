@@ -126,3 +126,26 @@ def test_a_launch_that_does_more_is_not_recorded():
 
 
 STRAY = torch.ones(4)
+
+
+def test_a_signature_is_recorded_once_then_replayed(monkeypatch):
+    from rosetta import triton_launch
+
+    monkeypatch.setattr(triton_launch, "_C", FakeCuda)
+    launched, recorded_calls = [], []
+
+    def run(gx, gy, gz, stream, function, packed, metadata, enter, exit_, *args):
+        launched.append(args)
+
+    def launch(x, out, eps):  # a step's launch(): host work, then one kernel
+        recorded_calls.append(eps)
+        triton_launch._recording.launch(run, "fn", "meta", (1,), [x, out, eps])
+
+    replay = triton_launch.Replay(launch, torch.device("cuda", 0), 2)
+    x, out = torch.ones(4), torch.empty(4)
+    for _ in range(3):
+        replay(x, out, 0.5)
+    assert recorded_calls == [0.5]  # launch() ran once, under the recorder
+    assert launched == [(x.data_ptr(), out.data_ptr(), 0.5)] * 2  # then the plan, twice
+    replay(x, out, 0.25)  # another params value: a plan of its own
+    assert recorded_calls == [0.5, 0.25]

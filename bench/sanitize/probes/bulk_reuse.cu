@@ -4,31 +4,17 @@
 // one thread of each arrives on the stage's empty barrier; the producer waits on that barrier, then
 // refills the stage by bulk copy (cp.async.bulk). Race-free either way (the pipeline every TMA
 // kernel here uses). On the H100 racecheck reports the refill against the reads for both values of
-// split (508 hazards each). Run on a GPU box:
-//   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/bulk_reuse bench/sanitize/probes/bulk_reuse.cu
+// split (508 hazards each). Run on a GPU box (hopper.cuh needs the build's generated structs):
+//   python -c "from pathlib import Path; from rosetta import cuda_build; cuda_build.write_generated(Path('/tmp/gen'))"
+//   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda-kernels/common -I/tmp/gen \
+//        -o /tmp/bulk_reuse bench/sanitize/probes/bulk_reuse.cu
 //   compute-sanitizer --tool racecheck /tmp/bulk_reuse 1
 #include <cstdio>
-#include <cstdint>
 #include <cstdlib>
-namespace rosetta::sm90 {
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory"); }
-__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory"); }
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory"); }
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile("{\n.reg .pred done;\nwait_%=:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@!done bra wait_%=;\n}\n"
-               ::"r"(smem_u32(bar)), "r"(parity) : "memory"); }
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory"); }
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
-}  // the project's primitives (cuda-kernels/common/hopper.cuh), copied: that header needs the build's generated structs
+
+#include "hopper.cuh"  // the project's own mbarrier, bulk-copy and named-barrier primitives
 using namespace rosetta::sm90;
+
 __global__ void stage(const float* g, float* out, int split) {
   __shared__ __align__(128) float buf[256];
   __shared__ __align__(8) uint64_t full, empty;
