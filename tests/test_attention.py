@@ -20,18 +20,21 @@ GPU_SHAPES = ((1, 2, 129, 129, 64), (2, 1, 65, 300, 128), (1, 2, 300, 70, 64))
 CPU_SHAPES = ((1, 1, 9, 9, 64), (1, 1, 5, 12, 64), (1, 1, 12, 5, 128))
 
 
-def check(v, shape, dtype, device, gen, causal):
+def check(v, shape, dtype, device, gen, causal, scale=SCALE):
+    """Forward against fp64; at the spec's scale the backward too."""
     inputs = make_inputs(shape, dtype, device, gen)
     if not fits(v, inputs):  # a declared limit: refused before launch, naming the steps that take it
         with pytest.raises(ValueError, match="steps"):
             v(*inputs)
         return
-    params = (causal, SCALE)
+    params = (causal, scale)
     out = v(*inputs, params=params)
     ref = reference(*inputs, *params)
     tol = SPEC.forward.tolerance[dtype]
     for name, (err, *_rest) in SPEC.forward.output_errors(out, ref, inputs):
-        assert err <= tol, f"{v.label} causal={causal} {shape}: {name} error {err:.3g} > {tol}"
+        assert err <= tol, f"{v.label} causal={causal} scale={scale} {shape}: {name} error {err:.3g} > {tol}"
+    if scale != SCALE:
+        return
     dout = torch.randn(out[0].shape, generator=gen, device=device).to(dtype)
     back = (*inputs, out[0], out[1], dout)
     grads = v.backward(*back, params=params)
@@ -54,6 +57,29 @@ def test_step_causal_and_scale(gen, v, dtype, causal):
 def test_triton_step_causal_on_cpu(interpreter, cpu_gen, v, causal):
     for shape in CPU_SHAPES:
         check(v, shape, torch.float16, "cpu", cpu_gen, causal)
+
+
+# Steps that fold the scale into the exponent (max on raw scores, exp2(k s - m)) may do so only for
+# k > 0: under a zero scale a masked score's -inf * 0 is NaN, and under a negative one k max(s) is
+# not the row max of k s (exp2 may overflow on large scores).
+ODD_SCALES = (-0.2, 0.0, 0.3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", ODD_SCALES)
+@pytest.mark.parametrize("v", STEPS, ids=lambda v: v.label)
+def test_step_forward_at_any_scale(gen, v, scale):
+    for causal in (0, 1):
+        for shape in GPU_SHAPES:
+            check(v, shape, torch.bfloat16, GPU, gen, causal, scale)
+
+
+@pytest.mark.parametrize("scale", ODD_SCALES)
+@pytest.mark.parametrize("v", [v for v in STEPS if v.backend == "triton"], ids=lambda v: v.label)
+def test_triton_step_forward_at_any_scale_on_cpu(interpreter, cpu_gen, v, scale):
+    for causal in (0, 1):
+        for shape in CPU_SHAPES:
+            check(v, shape, torch.float16, "cpu", cpu_gen, causal, scale)
 
 
 @pytest.mark.gpu

@@ -84,29 +84,33 @@ def load_lse2(lse_bh, rows, n, MASKED: tl.constexpr):
 @triton.jit
 def attend_keys(acc, l_i, m_i, q, offs_m, k_src, v_src, b, h, stride_ks, stride_vs, lo, hi, Sk, qk_scale,
                 CAUSAL: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr, BLOCK_N: tl.constexpr,
-                HEAD_DIM: tl.constexpr):
+                HEAD_DIM: tl.constexpr, FOLD: tl.constexpr = False):
     """The online softmax over key blocks [lo, hi) for the BLOCK_M queries offs_m (q in registers;
     k_src, v_src: head base pointers, or descriptors with coordinates b, h, see load_tile):
     per block S = q k^T (tensor cores, fp32), running row max m (base 2), running sum l and the
     accumulator rescaled by exp2(m_old - m_new) whenever m grows, then acc += P v with P rounded
     to the input dtype (what the second tl.dot takes). MASKED: keys past Sk and, if CAUSAL, keys
     after the query (j > i) get -inf before the max. The caller's first block always holds key 0,
-    unmasked for every row, so m is finite from the first block on (no -inf - -inf = NaN)."""
+    unmasked for every row, so m is finite from the first block on (no -inf - -inf = NaN).
+    FOLD (callers pass qk_scale > 0): the scale rides in the exponent. For k > 0, max(k s) =
+    k max(s), so the max is taken on raw scores and P = exp2(k s - m) is one FFMA a score: the
+    separate multiply of the whole tile by k is gone (masked scores are -inf either way)."""
     qk_scale = tl.cast(qk_scale, tl.float32)  # fp64 when Inductor launches (it types Python floats so)
+    exp_scale = qk_scale if FOLD else 1.0  # what the exponent multiplies the scores in s by
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         k = load_tile(k_src, b, h, start_n, stride_ks, Sk, MASKED, TMA, BLOCK_N, HEAD_DIM)
         s = tl.dot(q, tl.trans(k))
+        if not FOLD:
+            s = s * qk_scale
         if MASKED:
             keep = cols[None, :] < Sk
             if CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None])
-            s = tl.where(keep, s * qk_scale, float("-inf"))
-        else:
-            s = s * qk_scale
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
+            s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * exp_scale)
+        p = tl.math.exp2(s * exp_scale - m_new[:, None])  # one FFMA and one MUFU.EX2 a score
         alpha = tl.math.exp2(m_i - m_new)  # 0 on the first block (m_i = -inf), < 1 when m grows
         l_i = l_i * alpha + tl.sum(p, 1)
         v = load_tile(v_src, b, h, start_n, stride_vs, Sk, MASKED, TMA, BLOCK_N, HEAD_DIM)  # padded keys: 0 * 0

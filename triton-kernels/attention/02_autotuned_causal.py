@@ -106,6 +106,7 @@ def attention_causal_kernel(
     H, Sq, Sk,
     qk_scale,  # scale * log2(e)
     CAUSAL: tl.constexpr,
+    FOLD: tl.constexpr,  # qk_scale > 0: the scale rides in exp2's FFMA (attend_keys)
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -123,9 +124,9 @@ def attention_causal_kernel(
     mid, hi = key_ranges(start_m, Sk, CAUSAL, BLOCK_M, BLOCK_N)
     # the first block processed holds key 0, visible to every row: m is finite from there on
     acc, l_i, m_i = attend_keys(acc, l_i, m_i, q, offs_m, k_base, v_base, 0, 0, stride_ks, stride_vs, 0, mid, Sk,
-                                qk_scale, CAUSAL, False, False, BLOCK_N, HEAD_DIM)
+                                qk_scale, CAUSAL, False, False, BLOCK_N, HEAD_DIM, FOLD)
     acc, l_i, m_i = attend_keys(acc, l_i, m_i, q, offs_m, k_base, v_base, 0, 0, stride_ks, stride_vs, mid, hi, Sk,
-                                qk_scale, CAUSAL, True, False, BLOCK_N, HEAD_DIM)
+                                qk_scale, CAUSAL, True, False, BLOCK_N, HEAD_DIM, FOLD)
     row = bh.to(tl.int64) * Sq + offs_m  # out and lse are contiguous
     tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], (acc / l_i[:, None]).to(out_ptr.dtype.element_ty),
              mask=offs_m[:, None] < Sq)
@@ -243,7 +244,7 @@ def launch(q, k, v, out, lse, causal, scale):
     grid = lambda meta: (B * H * cdiv(Sq, meta["BLOCK_M"]),)  # noqa: E731
     wrap_triton(tuned_kernel(attention_causal_kernel, D))[grid](
         q, k, v, out, lse, *head_strides(q), *head_strides(k), *head_strides(v), H, Sq, Sk, scale * LOG2E,
-        CAUSAL=bool(causal), HEAD_DIM=D)
+        CAUSAL=bool(causal), FOLD=bool(scale > 0), HEAD_DIM=D)
 
 
 def launch_backward(q, k, v, out, lse, dout, dq, dk, dv, causal, scale):

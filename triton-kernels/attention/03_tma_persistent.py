@@ -78,6 +78,7 @@ def attention_tma_kernel(
     B, H, Sq, Sk,
     qk_scale,  # scale * log2(e)
     CAUSAL: tl.constexpr,
+    FOLD: tl.constexpr,  # qk_scale > 0: the scale rides in exp2's FFMA (attend_keys)
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -101,9 +102,9 @@ def attention_tma_kernel(
         mid, hi = key_ranges(start_m, Sk, CAUSAL, BLOCK_M, BLOCK_N)
         # (strides 0: unused with descriptors; False/True: unmasked, then masked; True: TMA)
         acc, l_i, m_i = attend_keys(acc, l_i, m_i, q, offs_m, k_desc, v_desc, b, h, 0, 0, 0, mid, Sk, qk_scale,
-                                    CAUSAL, False, True, BLOCK_N, HEAD_DIM)
+                                    CAUSAL, False, True, BLOCK_N, HEAD_DIM, FOLD)
         acc, l_i, m_i = attend_keys(acc, l_i, m_i, q, offs_m, k_desc, v_desc, b, h, 0, 0, mid, hi, Sk, qk_scale,
-                                    CAUSAL, True, True, BLOCK_N, HEAD_DIM)
+                                    CAUSAL, True, True, BLOCK_N, HEAD_DIM, FOLD)
         o = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
         o_desc.store([b, h, start_m, 0], o.reshape(1, 1, BLOCK_M, HEAD_DIM))  # rows past Sq clipped
         tl.store(lse_ptr + bh.to(tl.int64) * Sq + offs_m, (m_i + tl.math.log2(l_i)) * 0.6931471805599453,
@@ -258,7 +259,8 @@ def launch(q, k, v, out, lse, causal, scale):
     set_descriptor_allocator(q.device)
     grid = programs(q.device, lambda meta: B * H * cdiv(Sq, meta["BLOCK_M"]))
     wrap_triton(tuned_kernel(attention_tma_kernel, D))[grid](
-        q, k, v, out, lse, *strides, B, H, Sq, Sk, scale * LOG2E, CAUSAL=bool(causal), HEAD_DIM=D)
+        q, k, v, out, lse, *strides, B, H, Sq, Sk, scale * LOG2E, CAUSAL=bool(causal), FOLD=bool(scale > 0),
+        HEAD_DIM=D)
 
 
 def launch_backward(q, k, v, out, lse, dout, dq, dk, dv, causal, scale):
