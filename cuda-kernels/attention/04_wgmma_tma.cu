@@ -1,21 +1,22 @@
 /*
 Step 4 — FlashAttention-3 on Hopper, forward and backward: wgmma fed by TMA, warp-specialized
 Changed:  the forward block is 3 warpgroups over 128 queries: warpgroup 0 only copies (one thread
-          issues TMA boxes of Q once and of K, V per 128-key tile into a 3-stage ring at D = 128,
-          4 at D = 64; setmaxnreg gives its registers away), warpgroups 1-2 own 64 queries each.
-          S = Q K^T is wgmma from swizzled shared memory; O += P V is wgmma with P from registers
-          (the softmax'ed S accumulators are its A fragments) and V read through the transpose
-          bit. Each consumer issues the next tile's Q K^T before its softmax and lets P V run
-          under it, and the two consumers take turns at issuing (named barriers), so one's exp2s
-          run under the other's MMAs (ping-pong). The scale rides in the exponent: P = exp2(k s -
-          k max(s)) is one FFMA and one exp2 a score, the max taken on raw scores, so interior
-          tiles never multiply S by the scale on its own (ragged and diagonal tiles do, then
-          mask). The backward (common/attention_sm90_backward.cuh) turns it around: a block
-          owns 128 keys, keeps dK, dV in registers and streams 64-query tiles of Q, dO, lse,
-          delta; with keys as M, P^T and dS^T feed dV += P^T dO and dK += dS^T Q from registers,
-          dQ = dS K reads dS^T back from shared memory, and each tile's fp32 dQ partial is one
-          bulk reduce-add into a global accumulator (a pre-kernel computes delta and zeroes it, a
-          post-kernel scales it into dQ).
+          issues TMA boxes of Q once and of K, V per key tile into a ring: 176 keys x 2 stages at
+          D = 128 non-causal, FA3's tile; 128 x 3 causal, 128 x 4 at D = 64; setmaxnreg gives its
+          registers away), warpgroups 1-2 own 64 queries each. S = Q K^T is wgmma from swizzled
+          shared memory (m64n176k16 at 176 keys: 88 fp32 of S a thread); O += P V is wgmma with P
+          from registers (the softmax'ed S accumulators are its A fragments; 11 k slices at 176
+          keys) and V read through the transpose bit. Each consumer issues the next tile's Q K^T
+          before its softmax and lets P V run under it, and the two consumers take turns at issuing
+          (named barriers), so one's exp2s run under the other's MMAs (ping-pong). The scale rides
+          in the exponent: P = exp2(k s - k max(s)) is one FFMA and one exp2 a score, the max taken
+          on raw scores, so interior tiles never multiply S by the scale on its own (ragged and
+          diagonal tiles do, then mask). The backward (common/attention_sm90_backward.cuh) turns it
+          around: a block owns 128 keys, keeps dK, dV in registers and streams 64-query tiles of Q,
+          dO, lse, delta; with keys as M, P^T and dS^T feed dV += P^T dO and dK += dS^T Q from
+          registers, dQ = dS K reads dS^T back from shared memory, and each tile's fp32 dQ partial
+          is one bulk reduce-add into a global accumulator (a pre-kernel computes delta and zeroes
+          it, a post-kernel scales it into dQ).
 Why:      step 3's mma.sync peaks near 2/3 of Hopper's dense tensor rate and every warp stalls
           on its own ldmatrix / exp2 / MMA chain; wgmma reads K and V straight from shared memory
           at the full 989 TFLOP/s rate. A 128 x 128 tile is 4.2 M MACs per consumer pair, ~2,050
@@ -25,6 +26,13 @@ Why:      step 3's mma.sync peaks near 2/3 of Hopper's dense tensor rate and eve
           expected ~600-650 TFLOP/s at B = 4, H = 16, 4k x 4k, D = 128 (step 3: 193; cuDNN:
           670), ~65% of peak. Loads are 32 KB of K or V per 4.2 M MACs from L2 (~0.5 TB/s at
           600 TFLOP/s).
+          176-key tiles (D = 128 non-causal): each tile's fixed softmax work (4 row-max shuffles,
+          2 alpha exp2s, O's rescale of 64 FMULs a thread, the turn barriers, mbarrier waits and
+          releases, wgmma fences / waits; ~100 of ~390 issue slots a thread at 128 keys) covers
+          37.5% more keys: ~7% fewer softmax issue slots a key (exp2s a key unchanged) and 27%
+          fewer ping-pong hand-offs, for ~232 of the 240 registers (S 88 + P 44 + O 64). The
+          last tile pads to 176 (4k keys: 24 tiles, 3% masked work) and the ring is 2 deep:
+          expected +2-4% at 4k x 4k (656 TFLOP/s measured at 128, bf16), ~even at 512 keys.
           Backward: a (128-key, 64-query) tile is 5 products of 1 M MACs, ~2,560 tensor-core
           cycles an SM; its 8 K exp2s (~510 MUFU cycles), the dS math, 16 KB of dS^T and 32 KB
           of dQ partials through shared memory and two barriers mostly do not overlap the MMAs
@@ -34,14 +42,15 @@ Why:      step 3's mma.sync peaks near 2/3 of Hopper's dense tensor rate and eve
           (step 3's FA2: 154; cuDNN 232-552), ~260 at D = 64 (half the MMA work a tile for the
           same exp2s and barriers). The reduce-adds are 32 KB of L2 atomics per 5.2 M MACs (~1.2
           TB/s at 380 TFLOP/s); pre- and postprocess move ~330 MB at D = 128 (~5%).
-Still:    not persistent: each block pays its Q load and pipeline fill with the tensor cores
-          idle (~5% at 32 key tiles a block) and stores O with 16-byte stores after its last
-          tile; the causal diagonal tile is computed in full and masked; D = 64 keeps 128-query
-          blocks (FA3 uses 192). Backward: dQ is summed by fp32 atomic adds (bulk reduce-add)
-          in whatever order the blocks reach them, so dQ is not bit-for-bit deterministic (dK,
-          dV are); no overlap of one tile's dQ write-out with the next tile's MMAs (registers:
-          dK + dV alone are 128 a thread at D = 128); causal diagonal tiles computed in full and
-          masked; at D = 64 each consumer reduces its own keys' dQ (two 16 KB adds a tile).
+Still:    not persistent: each block pays its Q load and pipeline fill with the tensor cores idle
+          (~5% at 24 key tiles a block) and stores O with 16-byte stores after its last tile; the
+          causal diagonal tile is computed in full and masked, and causal keeps 128-key tiles (its
+          diagonal logic wants kBN == kBM); D = 64 keeps 128-query blocks (FA3 uses 192). Backward:
+          dQ is summed by fp32 atomic adds (bulk reduce-add) in whatever order the blocks reach
+          them, so dQ is not bit-for-bit deterministic (dK, dV are); no overlap of one tile's dQ
+          write-out with the next tile's MMAs (registers: dK + dV alone are 128 a thread at
+          D = 128); causal diagonal tiles computed in full and masked; at D = 64 each consumer
+          reduces its own keys' dQ (two 16 KB adds a tile).
 Limits:   head_dim 64 or 128; q, k, v (and the backward's dout) with the head dim contiguous, a
           16-byte aligned base and batch / head / row strides in whole 16-byte units (the copy
           engine's rules; Layout: tma_rows makes the dispatcher copy anything else); out and lse at
@@ -69,18 +78,23 @@ namespace am = rosetta::attention_mma;
 
 constexpr int kConsumers = 2, kThreads = 128 * (1 + kConsumers);  // a producer + 2 consumer warpgroups
 constexpr int kBM = 64 * kConsumers;                              // 128 queries a block, 64 a consumer
-constexpr int kBN = 128;                                          // keys a tile
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the register file holds the budgets");
 constexpr float kLn2 = 0.6931471805599453f;
 // Named barriers (0 is __syncthreads): the two consumers' issue turns, then each consumer's own.
 constexpr int kTurnBarrier = 1, kConsumerBarrier = 3;
 
-template <int kD>
+// kBN keys a tile: 176 at D = 128 non-causal (FA3's tile: the per-tile softmax work is spread over
+// more keys), else 128 (causal's diagonal tiles are laid out for kBN == kBM). Every K / V box
+// (kBN rows of 128 bytes) and stage then starts on a 1024-byte boundary, the 128-byte swizzle's
+// atom: 176 * 128 = 22 * 1024.
+template <int kD, int kBN>
 struct Config {
+  static_assert(kBN % 16 == 0 && kBN <= 256, "whole k16 slices of P V; one TMA box and wgmma n of keys");
   static constexpr int kQBytes = 64 * kD * 2;   // one consumer's Q rows: kD / 64 boxes of 64 x 64
   static constexpr int kKVBytes = kBN * kD * 2;  // one K or V tile: kD / 64 boxes of kBN x 64
-  static constexpr int kStages = kD == 128 ? 3 : 4;
+  // D = 128: 3 stages of 128 keys (225 KB with Q) or 2 of 176 (209 KB; 3 would need 297 KB).
+  static constexpr int kStages = kD == 64 ? 4 : kBN == 128 ? 3 : 2;
   static constexpr int kBarriers = 1 + 4 * kStages;  // Q full; K full, V full, K empty, V empty
   static constexpr int kSmemBytes = kConsumers * kQBytes + 2 * kStages * kKVBytes + 8 * kBarriers + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one block");
@@ -106,19 +120,20 @@ struct Forward {
 // K-major Q and K: row r of box j at j * box_bytes + r * 128, k slice kk (16 d) 32 bytes in,
 // SBO 1024 between 8-row groups. V is MN-major for P V (its rows are the k index): k slice kk
 // is rows 16kk .. at byte 2048 kk, SBO 1024 between its two 8-row halves, LBO = one box (kBN
-// rows) between the 64-wide d blocks of an n = 128 instruction.
+// rows, kBN * 128 bytes) between the 64-wide d blocks of an n = 128 instruction.
 __device__ __forceinline__ uint64_t kmajor_desc(const unsigned char* tile, int box_bytes, int kk) {
   return sm90::smem_descriptor(tile + (kk / 4) * box_bytes + (kk % 4) * 32, 16, 1024);
 }
+template <int kBN>
 __device__ __forceinline__ uint64_t v_desc(const unsigned char* tile, int kk) {
   return sm90::smem_descriptor(tile + kk * 2048, kBN * 128, 1024);
 }
 
-template <typename T, int kD>
+template <typename T, int kD, int kBN>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_forward_sm90(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                            const __grid_constant__ CUtensorMap map_v, const Forward<T> p) {
-  using C = Config<kD>;
+  using C = Config<kD, kBN>;
   constexpr int kStages = C::kStages;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* const smem = smem_raw + (1024 - sm90::smem_u32(smem_raw) % 1024) % 1024;
@@ -136,7 +151,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int bh = int(blockIdx.x / p.m_tiles), b = bh / p.H, head = bh % p.H;
   const int m0 = m_tile * kBM;
   // Causal: keys past the block's last query are masked for all its rows; never load them. With
-  // kBN == kBM every loaded tile has unmasked keys for both consumers' rows.
+  // kBN == kBM (the only causal tile the launcher picks) every loaded tile has unmasked keys for
+  // both consumers' rows.
   const int n_end = p.causal ? min(p.Sk, m0 + kBM) : p.Sk;
   const int n_tiles = (n_end + kBN - 1) / kBN;  // >= 1
 
@@ -229,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const unsigned char* const v_tile = sV + st * C::kKVBytes;
     sm90::wgmma_fence();  // O's rescale and pa's conversion happen before the MMAs read them
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) a90::wgmma_rs<T, kD>(o, pa[kk], v_desc(v_tile, kk));
+    for (int kk = 0; kk < kBN / 16; ++kk) a90::wgmma_rs<T, kD>(o, pa[kk], v_desc<kBN>(v_tile, kk));
     sm90::wgmma_commit();
   };
   // Online softmax of tile t's raw scores in s, the scale folded into the exponent's FFMA:
@@ -353,6 +369,21 @@ inline bool vec_ok(const rosetta::Tensor& t) {
   return ok;
 }
 
+// Tensor maps with kBN-row K, V boxes, then the launch (errors from the launch itself show up
+// in dispatch_dtype's check, as before).
+template <typename T, int kD, int kBN>
+cudaError_t launch_forward(const rosetta::AttentionArgs& a, const Forward<T>& p, unsigned blocks,
+                           cudaStream_t stream) {
+  CUtensorMap map_q{}, map_k{}, map_v{};
+  if (!a90::encode_heads_map<T>(map_q, a.q, 64) || !a90::encode_heads_map<T>(map_k, a.k, kBN) ||
+      !a90::encode_heads_map<T>(map_v, a.v, kBN))
+    return cudaErrorInvalidValue;
+  constexpr int kSmem = Config<kD, kBN>::kSmemBytes;
+  cudaFuncSetAttribute(attention_forward_sm90<T, kD, kBN>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  attention_forward_sm90<T, kD, kBN><<<blocks, kThreads, kSmem, stream>>>(map_q, map_k, map_v, p);
+  return cudaSuccess;
+}
+
 }  // namespace
 
 cudaError_t attention_04_wgmma_tma(const rosetta::AttentionArgs& a, cudaStream_t stream) {
@@ -371,19 +402,17 @@ cudaError_t attention_04_wgmma_tma(const rosetta::AttentionArgs& a, cudaStream_t
   cudaError_t status = cudaSuccess;
   const cudaError_t launched = rosetta::dispatch_dtype(a.q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    CUtensorMap map_q{}, map_k{}, map_v{};
-    if (!a90::encode_heads_map<T>(map_q, a.q, 64) || !a90::encode_heads_map<T>(map_k, a.k, kBN) ||
-        !a90::encode_heads_map<T>(map_v, a.v, kBN)) {
-      status = cudaErrorInvalidValue;
-      return;
-    }
     const Forward<T> p{a.out.ptr<T>(), a.lse.ptr<float>(), strides_of(a.out), strides_of(a.lse), int(H), int(Sq),
                        int(Sk), int(m_tiles), a.causal ? 1 : 0, float(a.scale * 1.4426950408889634), vec_ok(a.out)};
     with_head_dim(D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      constexpr int kSmem = Config<kD>::kSmemBytes;
-      cudaFuncSetAttribute(attention_forward_sm90<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      attention_forward_sm90<T, kD><<<unsigned(blocks), kThreads, kSmem, stream>>>(map_q, map_k, map_v, p);
+      // FA3's 176-key tile at D = 128 non-causal; causal (diagonal tiles: kBN == kBM) and D = 64 keep 128.
+      if constexpr (kD == 128) {
+        if (!a.causal) status = launch_forward<T, kD, 176>(a, p, unsigned(blocks), stream);
+        else status = launch_forward<T, kD, 128>(a, p, unsigned(blocks), stream);
+      } else {
+        status = launch_forward<T, kD, 128>(a, p, unsigned(blocks), stream);
+      }
     });
   });
   return status != cudaSuccess ? status : launched;

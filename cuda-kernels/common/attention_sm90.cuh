@@ -5,7 +5,7 @@
 //                                     rows past S read as zeros, never another head's rows
 //   tma_load_4d                       one box at (d, s, h, b) completing on an mbarrier
 //   wgmma_ss<T, kN>                   d (64 x kN fp32) = A B or d += A B, A and B from shared memory
-//                                     through descriptors, both K-major (S = Q K^T)
+//                                     through descriptors, both K-major (S = Q K^T); kN = 128 or 176
 //   wgmma_rs<T, kN>                   d += A B, A (64 x 16) from registers, B MN-major in shared
 //                                     memory (O += P V: P never leaves registers)
 //   named_barrier_arrive              bar.arrive: signal a named barrier without waiting on it
@@ -85,6 +85,27 @@ __device__ __forceinline__ float exp2_approx(float x) {
   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
+#define ROSETTA_ATTN_ACC88 "{" \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87" \
+  "}"
+#define ROSETTA_ATTN_ACC88_OPERANDS(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+
 // Accumulator layout of m64nNk16 (d[kN / 2] per thread; warp w of the warpgroup, lane l, g = l / 4,
 // t = l % 4): d[4c + 2h + e] is row 16w + g + 8h, column 8c + 2t + e.
 //
@@ -92,18 +113,34 @@ __device__ __forceinline__ float exp2_approx(float x) {
 // K-major in 128-byte-swizzled shared memory.
 template <typename T, int kN>
 __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  static_assert(kN == 128, "the instantiated width");
-  if constexpr (std::is_same_v<T, __half>) {
+  static_assert(kN == 128 || kN == 176, "the instantiated widths (176: FA3's key tile at D = 128)");
+  constexpr bool kF16 = std::is_same_v<T, __half>;
+  if constexpr (kN == 128 && kF16) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " ROSETTA_ATTN_ACC64
                  ", %64, %65, p, 1, 1, 0, 0;\n}\n"
                  : ROSETTA_ATTN_ACC64_OPERANDS(d)
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-  } else {
+  }
+  if constexpr (kN == 128 && !kF16) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ROSETTA_ATTN_ACC64
                  ", %64, %65, p, 1, 1, 0, 0;\n}\n"
                  : ROSETTA_ATTN_ACC64_OPERANDS(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+  if constexpr (kN == 176 && kF16) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16 " ROSETTA_ATTN_ACC88
+                 ", %88, %89, p, 1, 1, 0, 0;\n}\n"
+                 : ROSETTA_ATTN_ACC88_OPERANDS(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+  if constexpr (kN == 176 && !kF16) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 " ROSETTA_ATTN_ACC88
+                 ", %88, %89, p, 1, 1, 0, 0;\n}\n"
+                 : ROSETTA_ATTN_ACC88_OPERANDS(d)
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
   }
 }
@@ -150,5 +187,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
 #undef ROSETTA_ATTN_ACC32_OPERANDS
 #undef ROSETTA_ATTN_ACC64
 #undef ROSETTA_ATTN_ACC64_OPERANDS
+#undef ROSETTA_ATTN_ACC88
+#undef ROSETTA_ATTN_ACC88_OPERANDS
 
 }  // namespace rosetta::attention_sm90
