@@ -66,7 +66,7 @@ def head_descriptor(ptr, B, H, S, stride_b, stride_h, stride_s, BLOCK: tl.conste
                                      block_shape=[1, 1, BLOCK, HEAD_DIM])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["PER_SM"])
 def attention_tma_kernel(
     q_ptr, k_ptr, v_ptr,  # (B, H, S, D): 16-byte aligned base, strides multiples of 16 bytes
     out_ptr,  # (B, H, Sq, D), q's dtype, likewise
@@ -82,7 +82,7 @@ def attention_tma_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    PER_SM: tl.constexpr,  # programs per SM (read by the grid)
+    PER_SM,  # programs per SM: read by the grid only; a plain int, so 1 and 2 share one compile
 ):
     q_desc = head_descriptor(q_ptr, B, H, Sq, stride_qb, stride_qh, stride_qs, BLOCK_M, HEAD_DIM)
     k_desc = head_descriptor(k_ptr, B, H, Sk, stride_kb, stride_kh, stride_ks, BLOCK_N, HEAD_DIM)
@@ -111,7 +111,7 @@ def attention_tma_kernel(
                  mask=offs_m < Sq)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["PER_SM"])
 def attention_tma_dkdv_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr,  # as the forward's inputs; dO like q
     lse_ptr,  # fp32 (B, H, Sq), unit last stride, natural log
@@ -130,7 +130,7 @@ def attention_tma_dkdv_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,  # queries per loop step
     BLOCK_N: tl.constexpr,  # keys per tile
-    PER_SM: tl.constexpr,
+    PER_SM,  # as the forward's
 ):
     q_desc = head_descriptor(q_ptr, B, H, Sq, stride_qb, stride_qh, stride_qs, BLOCK_M, HEAD_DIM)
     do_desc = head_descriptor(do_ptr, B, H, Sq, stride_dob, stride_doh, stride_dos, BLOCK_M, HEAD_DIM)
@@ -169,7 +169,7 @@ def attention_tma_dkdv_kernel(
         dv_desc.store([b, h, start_n, 0], dv.to(dv_ptr.dtype.element_ty).reshape(1, 1, BLOCK_N, HEAD_DIM))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["PER_SM"])
 def attention_tma_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr,  # as attention_tma_dkdv_kernel
     dq_ptr,  # (B, H, Sq, D), q's dtype, TMA-describable
@@ -185,7 +185,7 @@ def attention_tma_dq_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,  # queries per tile
     BLOCK_N: tl.constexpr,  # keys per loop step
-    PER_SM: tl.constexpr,
+    PER_SM,  # as the forward's
 ):
     q_desc = head_descriptor(q_ptr, B, H, Sq, stride_qb, stride_qh, stride_qs, BLOCK_M, HEAD_DIM)
     do_desc = head_descriptor(do_ptr, B, H, Sq, stride_dob, stride_doh, stride_dos, BLOCK_M, HEAD_DIM)
