@@ -120,6 +120,21 @@ def split_by_marker(kernels: list[dict], described: list[dict]) -> list[tuple[di
     return [(case, group) for case, group in zip(described, groups) if group]
 
 
+def kept_raw_blocks(path: Path, redone: set[str]) -> list[list[str]]:
+    """The rows of ncu_raw.csv's blocks (a "rosetta_op" header, a units row, the op's kernels) for
+    ops not profiled again this time: profiling one op keeps the others' raw data."""
+    if not path.exists():
+        return []
+    blocks: list[list[list[str]]] = []
+    with path.open() as f:
+        for row in csv.reader(f):
+            if row and row[0] == "rosetta_op":
+                blocks.append([row])
+            elif blocks:
+                blocks[-1].append(row)
+    return [row for block in blocks if not any(r and r[0] in redone for r in block[2:]) for row in block]
+
+
 def available_metrics(ncu: str) -> set[str]:
     """Base names ncu knows on this GPU (a single unknown metric makes ncu refuse to run)."""
     listing = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True).stdout
@@ -187,6 +202,7 @@ def main(argv=None) -> int:
     done_ops = {r["label"].split("/")[0] for r in parsed}
     keep = [r for r in ncu_parse.read_table(out_dir / "ncu.csv") if r["label"].split("/")[0] not in done_ops]
     ncu_parse.write_table(out_dir / "ncu.csv", keep + parsed)
+    raw_rows = kept_raw_blocks(out_dir / "ncu_raw.csv", done_ops) + raw_rows
     with (out_dir / "ncu_raw.csv").open("w", newline="") as f:
         csv.writer(f).writerows(raw_rows)  # ncu's own raw CSV, one block per op, markers included
     env = results.read_environment(out_dir / "environment.json")

@@ -1,12 +1,12 @@
 /*
 Step 4 — FlashAttention-3 on Hopper, forward and backward: wgmma fed by TMA, warp-specialized
 Changed:  the forward block is 3 warpgroups over 128 queries: warpgroup 0 only copies (one thread
-          issues TMA boxes of Q once and of K, V per key tile into a ring: 176 keys x 2 stages at
-          D = 128 non-causal, FA3's tile; 128 x 3 causal, 128 x 4 at D = 64; setmaxnreg gives its
-          registers away), warpgroups 1-2 own 64 queries each. S = Q K^T is wgmma from swizzled
-          shared memory (m64n176k16 at 176 keys: 88 fp32 of S a thread); O += P V is wgmma with P
-          from registers (the softmax'ed S accumulators are its A fragments; 11 k slices at 176
-          keys) and V read through the transpose bit. Each consumer issues the next tile's Q K^T
+          issues TMA boxes of Q once and of K, V per key tile into a ring: 176 keys x 2 stages at D
+          = 128 non-causal from 8k keys, FA3's tile; else 128 x 3, or 128 x 4 at D = 64; setmaxnreg
+          gives its registers away), warpgroups 1-2 own 64 queries each. S = Q K^T is wgmma from
+          swizzled shared memory (m64n176k16 at 176 keys: 88 fp32 of S a thread); O += P V is wgmma
+          with P from registers (the softmax'ed S accumulators are its A fragments; 11 k slices at
+          176 keys) and V read through the transpose bit. Each consumer issues the next tile's Q K^T
           before its softmax and lets P V run under it, and the two consumers take turns at issuing
           (named barriers), so one's exp2s run under the other's MMAs (ping-pong). The scale rides
           in the exponent: P = exp2(k s - k max(s)) is one FFMA and one exp2 a score, the max taken
@@ -33,6 +33,10 @@ Why:      step 3's mma.sync peaks near 2/3 of Hopper's dense tensor rate and eve
           fewer ping-pong hand-offs, for ~232 of the 240 registers (S 88 + P 44 + O 64). The
           last tile pads to 176 (4k keys: 24 tiles, 3% masked work) and the ring is 2 deep:
           expected +2-4% at 4k x 4k (656 TFLOP/s measured at 128, bf16), ~even at 512 keys.
+          Measured (H100, bf16, B x 16 heads x S^2 at 16k tokens, in turns with cuDNN, 128 -> 176
+          keys, TFLOP/s): 16k 670 -> 682, 8k 665 -> 671, but 4k 653 -> 643, 2k 609 -> 594, 512
+          416 -> 386: a short key loop pays the 2-deep ring's fill and the padded last tile. So
+          176 only from kWideTileKeys = 8k keys.
           Backward: a (128-key, 64-query) tile is 5 products of 1 M MACs, ~2,560 tensor-core
           cycles an SM; its 8 K exp2s (~510 MUFU cycles), the dS math, 16 KB of dS^T and 32 KB
           of dQ partials through shared memory and two barriers mostly do not overlap the MMAs
@@ -43,7 +47,7 @@ Why:      step 3's mma.sync peaks near 2/3 of Hopper's dense tensor rate and eve
           same exp2s and barriers). The reduce-adds are 32 KB of L2 atomics per 5.2 M MACs (~1.2
           TB/s at 380 TFLOP/s); pre- and postprocess move ~330 MB at D = 128 (~5%).
 Still:    not persistent: each block pays its Q load and pipeline fill with the tensor cores idle
-          (~5% at 24 key tiles a block) and stores O with 16-byte stores after its last tile; the
+          (~5% at 32 key tiles a block) and stores O with 16-byte stores after its last tile; the
           causal diagonal tile is computed in full and masked, and causal keeps 128-key tiles (its
           diagonal logic wants kBN == kBM); D = 64 keeps 128-query blocks (FA3 uses 192). Backward:
           dQ is summed by fp32 atomic adds (bulk reduce-add) in whatever order the blocks reach
@@ -81,13 +85,14 @@ constexpr int kBM = 64 * kConsumers;                              // 128 queries
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the register file holds the budgets");
 constexpr float kLn2 = 0.6931471805599453f;
+constexpr int64_t kWideTileKeys = 8192;  // 176-key tiles from here (measured: see the header's Why)
 // Named barriers (0 is __syncthreads): the two consumers' issue turns, then each consumer's own.
 constexpr int kTurnBarrier = 1, kConsumerBarrier = 3;
 
-// kBN keys a tile: 176 at D = 128 non-causal (FA3's tile: the per-tile softmax work is spread over
-// more keys), else 128 (causal's diagonal tiles are laid out for kBN == kBM). Every K / V box
-// (kBN rows of 128 bytes) and stage then starts on a 1024-byte boundary, the 128-byte swizzle's
-// atom: 176 * 128 = 22 * 1024.
+// kBN keys a tile: 176 at D = 128 non-causal from kWideTileKeys keys (FA3's tile: the per-tile
+// softmax work is spread over more keys), else 128 (causal's diagonal tiles are laid out for
+// kBN == kBM). Every K / V box (kBN rows of 128 bytes) and stage then starts on a 1024-byte
+// boundary, the 128-byte swizzle's atom: 176 * 128 = 22 * 1024.
 template <int kD, int kBN>
 struct Config {
   static_assert(kBN % 16 == 0 && kBN <= 256, "whole k16 slices of P V; one TMA box and wgmma n of keys");
@@ -406,9 +411,11 @@ cudaError_t attention_04_wgmma_tma(const rosetta::AttentionArgs& a, cudaStream_t
                        int(Sk), int(m_tiles), a.causal ? 1 : 0, float(a.scale * 1.4426950408889634), vec_ok(a.out)};
     with_head_dim(D, [&](auto d) {
       constexpr int kD = decltype(d)::value;
-      // FA3's 176-key tile at D = 128 non-causal; causal (diagonal tiles: kBN == kBM) and D = 64 keep 128.
+      // FA3's 176-key tile at D = 128 non-causal on long key loops; causal (diagonal tiles: kBN ==
+      // kBM) and D = 64 keep 128.
       if constexpr (kD == 128) {
-        if (!a.causal) status = launch_forward<T, kD, 176>(a, p, unsigned(blocks), stream);
+        if (!a.causal && Sk >= kWideTileKeys)
+          status = launch_forward<T, kD, 176>(a, p, unsigned(blocks), stream);
         else status = launch_forward<T, kD, 128>(a, p, unsigned(blocks), stream);
       } else {
         status = launch_forward<T, kD, 128>(a, p, unsigned(blocks), stream);

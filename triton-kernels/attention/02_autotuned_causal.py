@@ -41,17 +41,21 @@ from rosetta.triton_kernels.attention_common import (LOG2E, attend_keys, backwar
 from rosetta.triton_kernels.common import cdiv, tuned
 
 
-def config(bm, bn, warps, stages):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
+def config(bm, bn, warps, stages, fold=None):
+    """A tile; a forward tile also says whether it folds the scale into the exponent (FOLD)."""
+    flags = {} if fold is None else {"FOLD": bool(fold)}
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **flags}, num_warps=warps, num_stages=stages)
 
 
-INTERPRET_CONFIG = config(64, 64, 4, 1)
-# forward (BLOCK_M queries per program, BLOCK_N keys per step). D = 128: the 128 x 128 fp32
+INTERPRET_TILE, INTERPRET_FORWARD_TILE = (64, 64, 4, 1), (64, 64, 4, 1, 1)
+# forward (BLOCK_M queries per program, BLOCK_N keys per step, FOLD). D = 128: the 128 x 128 fp32
 # accumulator is 128 registers a thread on 4 warps, so 128-row tiles take 8 (128 x 64 on 4 warps
-# spilled 16-38 B under ptxas and ran 22% slower on H200).
+# spilled 16-38 B under ptxas and ran 22% slower on H200). FOLD per tile, as measured (H100, bf16,
+# 4k-16k keys, in turns): it gains 4-9% on every D = 64 tile and 2-4% on 128 x 128 at D = 128, and
+# loses 1-4% on 128 x 64 at D = 128, where ptxas schedules the folded loop worse.
 FORWARD_CONFIGS = {
-    64: [(128, 128, 8, 3), (128, 64, 4, 3), (128, 64, 8, 4), (64, 64, 4, 4), (128, 32, 4, 4)],
-    128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 4)],
+    64: [(128, 128, 8, 3, 1), (128, 64, 4, 3, 1), (128, 64, 8, 4, 1), (64, 64, 4, 4, 1), (128, 32, 4, 4, 1)],
+    128: [(128, 64, 8, 3, 0), (128, 128, 8, 2, 1), (64, 64, 4, 3, 1), (128, 32, 8, 4, 1)],
 }
 # dK/dV (BLOCK_M queries per step, BLOCK_N keys per program): k, v, dk, dv are held per program
 # (2 x BLOCK_N x D in 16-bit + 2 x BLOCK_N x D in fp32), so the key block is the large side.
@@ -106,7 +110,8 @@ def attention_causal_kernel(
     H, Sq, Sk,
     qk_scale,  # scale * log2(e)
     CAUSAL: tl.constexpr,
-    FOLD: tl.constexpr,  # qk_scale > 0: the scale rides in exp2's FFMA (attend_keys)
+    POSITIVE_SCALE: tl.constexpr,  # qk_scale > 0: FOLD may apply
+    FOLD: tl.constexpr,  # the tile folds the scale into exp2's FFMA (attend_keys), where it may
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -124,9 +129,9 @@ def attention_causal_kernel(
     mid, hi = key_ranges(start_m, Sk, CAUSAL, BLOCK_M, BLOCK_N)
     # the first block processed holds key 0, visible to every row: m is finite from there on
     acc, l_i, m_i = attend_keys(acc, l_i, m_i, q, offs_m, k_base, v_base, 0, 0, stride_ks, stride_vs, 0, mid, Sk,
-                                qk_scale, CAUSAL, False, False, BLOCK_N, HEAD_DIM, FOLD)
+                                qk_scale, CAUSAL, False, False, BLOCK_N, HEAD_DIM, FOLD and POSITIVE_SCALE)
     acc, l_i, m_i = attend_keys(acc, l_i, m_i, q, offs_m, k_base, v_base, 0, 0, stride_ks, stride_vs, mid, hi, Sk,
-                                qk_scale, CAUSAL, True, False, BLOCK_N, HEAD_DIM, FOLD)
+                                qk_scale, CAUSAL, True, False, BLOCK_N, HEAD_DIM, FOLD and POSITIVE_SCALE)
     row = bh.to(tl.int64) * Sq + offs_m  # out and lse are contiguous
     tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], (acc / l_i[:, None]).to(out_ptr.dtype.element_ty),
              mask=offs_m[:, None] < Sq)
@@ -231,7 +236,8 @@ def attention_causal_dq_kernel(
 def tuned_kernel(kernel, head_dim):
     table = {attention_causal_kernel: FORWARD_CONFIGS, attention_causal_dkdv_kernel: DKDV_CONFIGS,
              attention_causal_dq_kernel: DQ_CONFIGS}[kernel]
-    configs = tuned([config(*c) for c in table[head_dim]], INTERPRET_CONFIG)
+    interpret = INTERPRET_FORWARD_TILE if kernel is attention_causal_kernel else INTERPRET_TILE
+    configs = tuned([config(*c) for c in table[head_dim]], config(*interpret))
     return triton.autotune(configs=configs, key=KEY)(kernel)
 
 
@@ -244,7 +250,7 @@ def launch(q, k, v, out, lse, causal, scale):
     grid = lambda meta: (B * H * cdiv(Sq, meta["BLOCK_M"]),)  # noqa: E731
     wrap_triton(tuned_kernel(attention_causal_kernel, D))[grid](
         q, k, v, out, lse, *head_strides(q), *head_strides(k), *head_strides(v), H, Sq, Sk, scale * LOG2E,
-        CAUSAL=bool(causal), FOLD=bool(scale > 0), HEAD_DIM=D)
+        CAUSAL=bool(causal), POSITIVE_SCALE=bool(scale > 0), HEAD_DIM=D)
 
 
 def launch_backward(q, k, v, out, lse, dout, dq, dk, dv, causal, scale):

@@ -49,13 +49,15 @@ step2 = triton_module(select("attention", "triton", 2))
 key_ranges, query_block = step2.key_ranges, step2.query_block
 
 
-def config(bm, bn, warps, stages, per_sm):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "PER_SM": per_sm}, num_warps=warps, num_stages=stages)
+def config(tile, per_sm):
+    c = step2.config(*tile)
+    c.kwargs["PER_SM"] = per_sm
+    return c
 
 
-def configs(table, head_dim):
+def configs(table, head_dim, interpret_tile):
     """Step 2's tiles, each with one and with two programs per SM."""
-    return tuned([config(*c, per_sm) for c in table[head_dim] for per_sm in (1, 2)], config(64, 64, 4, 1, 1))
+    return tuned([config(c, per_sm) for c in table[head_dim] for per_sm in (1, 2)], config(interpret_tile, 1))
 
 
 @triton.jit
@@ -78,7 +80,8 @@ def attention_tma_kernel(
     B, H, Sq, Sk,
     qk_scale,  # scale * log2(e)
     CAUSAL: tl.constexpr,
-    FOLD: tl.constexpr,  # qk_scale > 0: the scale rides in exp2's FFMA (attend_keys)
+    POSITIVE_SCALE: tl.constexpr,  # qk_scale > 0: FOLD may apply
+    FOLD: tl.constexpr,  # the tile folds the scale into exp2's FFMA (attend_keys), where it may
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -102,9 +105,9 @@ def attention_tma_kernel(
         mid, hi = key_ranges(start_m, Sk, CAUSAL, BLOCK_M, BLOCK_N)
         # (strides 0: unused with descriptors; False/True: unmasked, then masked; True: TMA)
         acc, l_i, m_i = attend_keys(acc, l_i, m_i, q, offs_m, k_desc, v_desc, b, h, 0, 0, 0, mid, Sk, qk_scale,
-                                    CAUSAL, False, True, BLOCK_N, HEAD_DIM, FOLD)
+                                    CAUSAL, False, True, BLOCK_N, HEAD_DIM, FOLD and POSITIVE_SCALE)
         acc, l_i, m_i = attend_keys(acc, l_i, m_i, q, offs_m, k_desc, v_desc, b, h, 0, 0, mid, hi, Sk, qk_scale,
-                                    CAUSAL, True, True, BLOCK_N, HEAD_DIM, FOLD)
+                                    CAUSAL, True, True, BLOCK_N, HEAD_DIM, FOLD and POSITIVE_SCALE)
         o = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
         o_desc.store([b, h, start_m, 0], o.reshape(1, 1, BLOCK_M, HEAD_DIM))  # rows past Sq clipped
         tl.store(lse_ptr + bh.to(tl.int64) * Sq + offs_m, (m_i + tl.math.log2(l_i)) * 0.6931471805599453,
@@ -223,7 +226,8 @@ def tuned_kernel(kernel, head_dim):
 def _tuned_kernel(kernel, head_dim):
     table = {attention_tma_kernel: step2.FORWARD_CONFIGS, attention_tma_dkdv_kernel: step2.DKDV_CONFIGS,
              attention_tma_dq_kernel: step2.DQ_CONFIGS}[kernel]
-    return triton.autotune(configs=configs(table, head_dim), key=step2.KEY)(kernel)
+    interpret = step2.INTERPRET_FORWARD_TILE if kernel is attention_tma_kernel else step2.INTERPRET_TILE
+    return triton.autotune(configs=configs(table, head_dim, interpret), key=step2.KEY)(kernel)
 
 
 def tma_strides(step, named):
@@ -259,7 +263,7 @@ def launch(q, k, v, out, lse, causal, scale):
     set_descriptor_allocator(q.device)
     grid = programs(q.device, lambda meta: B * H * cdiv(Sq, meta["BLOCK_M"]))
     wrap_triton(tuned_kernel(attention_tma_kernel, D))[grid](
-        q, k, v, out, lse, *strides, B, H, Sq, Sk, scale * LOG2E, CAUSAL=bool(causal), FOLD=bool(scale > 0),
+        q, k, v, out, lse, *strides, B, H, Sq, Sk, scale * LOG2E, CAUSAL=bool(causal), POSITIVE_SCALE=bool(scale > 0),
         HEAD_DIM=D)
 
 
