@@ -357,7 +357,7 @@ SPEC = OpSpec(
         (2, 3, 17, 17, 64),  # 17: one past a 16-row MMA tile
         (1, 2, 1000, 1000, 128),  # no tile divides 1000
         (1, 1, 4097, 300, 64),  # one past 4096 queries against fewer keys
-        (1, 2, 65, 8300, 128),  # long keys: CUDA step 4's 176-key tiles, the 2-stage ring wrapping, a ragged last tile
+        (1, 2, 65, 8300, 128),  # long keys: CUDA step 4 tiles them by 176 (its ring wraps; ragged last tile)
         (2, 2, 100, 4097, 128),  # few queries, many keys: the KV loop's ragged last tile
         (1, 1, 0, 5, 64),  # no queries: empty outputs
     ),
