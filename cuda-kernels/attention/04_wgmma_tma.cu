@@ -33,10 +33,9 @@ Why:      step 3's mma.sync peaks near 2/3 of Hopper's dense tensor rate and eve
           fewer ping-pong hand-offs, for ~232 of the 240 registers (S 88 + P 44 + O 64). The
           last tile pads to 176 (4k keys: 24 tiles, 3% masked work) and the ring is 2 deep:
           expected +2-4% at 4k x 4k (656 TFLOP/s measured at 128, bf16), ~even at 512 keys.
-          Measured (H100, bf16, B x 16 heads x S^2 at 16k tokens, in turns with cuDNN, 128 -> 176
-          keys, TFLOP/s): 16k 670 -> 682, 8k 665 -> 671, but 4k 653 -> 643, 2k 609 -> 594, 512
-          416 -> 386: a short key loop pays the 2-deep ring's fill and the padded last tile. So
-          176 only from kWideTileKeys = 8k keys.
+          Measured (bench/ablations/attention_04_tile.py, its log in results/<gpu>/): 176 keys
+          gain 1-3% over 128 at 8k-16k keys and lose 1-7% at 512-4k, where a short key loop pays
+          the 2-deep ring's fill and the padded last tile. So 176 only from kWideTileKeys = 8k.
           Backward: a (128-key, 64-query) tile is 5 products of 1 M MACs, ~2,560 tensor-core
           cycles an SM; its 8 K exp2s (~510 MUFU cycles), the dS math, 16 KB of dS^T and 32 KB
           of dQ partials through shared memory and two barriers mostly do not overlap the MMAs

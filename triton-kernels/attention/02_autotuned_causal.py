@@ -7,7 +7,9 @@ Changed:  each program splits its loop in two: the blocks that need no mask (ins
           kernels (forward, dK/dV, dQ). Causal query blocks are issued last-first within a
           head, so the longest key loops start first and the grid ends on short programs.
           BLOCK_M/BLOCK_N, num_warps and num_stages are autotuned per (Sq, Sk, causal), one
-          config list per head_dim (BLOCK_M up to 128, 8 warps for D = 128).
+          config list per head_dim (BLOCK_M up to 128, 8 warps for D = 128). A forward tile may
+          fold the softmax scale into the exponent (FOLD: max on raw scores, then P = exp2(k s -
+          m), one FFMA a score, as CUDA step 4 does), where that tile measured faster.
 Why:      step 1 skips the blocks above the diagonal but masks every block it visits: an
           iota, 2 compares and a select per score on the CUDA cores, whose softmax work (scale,
           max, exp2, sum, convert) already bounds FA2 beside 4·D = 512 tensor-core FLOPs per
