@@ -149,3 +149,12 @@ def test_a_hazard_is_shown_wherever_the_step_header_is():
     assert f"- **Hazard:** {six.hazard}" in log.step_block(six, [], [])
     assert "<dt>Hazard</dt>" in site_step.header_html(six)
     assert "Hazard" not in site_step.header_html(rosetta.select("matmul", "triton", 5))
+
+
+def test_sweep_tiers_name_the_ops_own_tiers():
+    """A spec's sweep_tiers are names of its tiers: a misspelt one would drop a line from the sweep."""
+    from rosetta.bench.run.tiers import tiers
+
+    for spec in SPECS.values():
+        if spec.sweep_tiers is not None:
+            assert set(spec.sweep_tiers) <= {t.name for t in tiers(spec.name)}, spec.name

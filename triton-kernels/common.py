@@ -23,6 +23,16 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
+def quick_bench(kernel_call, quantiles):
+    """The autotuner's timing of one config for kernels of a millisecond or more (attention): 5 ms of
+    warm-up and 40 of repetitions instead of Triton's 25 and 100. Each repetition still flushes L2;
+    the configs it ranks differ by more than the spread of a few runs, and the bench, which times
+    every autotuned step at ~10 shapes x 2 directions x 10-30 configs, gets its minutes back."""
+    import triton.testing
+
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=40, quantiles=quantiles)
+
+
 def tuned(configs: list, interpret_config):
     """The autotuner's configs on a GPU; the single `interpret_config` under the interpreter."""
     return [interpret_config] if INTERPRET else configs

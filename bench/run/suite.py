@@ -72,6 +72,8 @@ def subjects(op, backend=None, step=None, role="headline", dtype=None, shape=Non
     found = [] if backend not in (None, "torch") else tiers(op)
     if role == "layout":
         found = [t for t in found if t.name == "eager"]
+    if role == "sweep" and SPECS[op].sweep_tiers is not None:
+        found = [t for t in found if t.name in SPECS[op].sweep_tiers]
     if backend != "torch":
         for b in ([backend] if backend else rosetta.BACKENDS):
             ladder = rosetta.variants(op, b)

@@ -289,6 +289,10 @@ class OpSpec:
     layout_headlines: tuple[Headline, ...] = ()
     # The sweep plot's x-axis; None: the elements of each shape (numel; M x K x N for matmul)
     sweep_axis: SweepAxis | None = None
+    # The reference tiers a sweep times, by name; None: every tier. Where the slow references (the
+    # unfused formula, its torch.compile) take most of an op's bench time and add little to a
+    # throughput-vs-size plot, the sweep leaves them to the headline tables.
+    sweep_tiers: tuple[str, ...] | None = None
     # (*forward inputs) -> the problem's shape as the shapes above write it (softmax: rows, cols;
     # matmul: M, K, N): what the dispatch table matches a call against. None: the first input's.
     problem: Callable | None = None

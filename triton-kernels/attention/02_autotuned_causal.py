@@ -40,7 +40,7 @@ from torch.library import wrap_triton
 from rosetta.triton_kernels.attention_common import (LOG2E, attend_keys, backward_delta, check_inputs,
                                                      dkdv_over_queries, dq_over_keys, head_base, head_strides,
                                                      load_lse2, load_rows)
-from rosetta.triton_kernels.common import cdiv, tuned
+from rosetta.triton_kernels.common import cdiv, quick_bench, tuned
 
 
 def config(bm, bn, warps, stages, fold=None):
@@ -241,7 +241,7 @@ def tuned_kernel(kernel, head_dim):
              attention_causal_dq_kernel: DQ_CONFIGS}[kernel]
     interpret = INTERPRET_FORWARD_TILE if kernel is attention_causal_kernel else INTERPRET_TILE
     configs = tuned([config(*c) for c in table[head_dim]], config(*interpret))
-    return triton.autotune(configs=configs, key=KEY)(kernel)
+    return triton.autotune(configs=configs, key=KEY, do_bench=quick_bench)(kernel)
 
 
 def launch(q, k, v, out, lse, causal, scale):

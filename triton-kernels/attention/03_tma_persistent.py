@@ -40,7 +40,7 @@ from rosetta.registry import select
 from rosetta.torch_ops import triton_module
 from rosetta.triton_kernels.attention_common import (LOG2E, attend_keys, backward_delta, check_inputs,
                                                      dkdv_over_queries, dq_over_keys, head_base, load_lse2)
-from rosetta.triton_kernels.common import cdiv, sm_count, tuned
+from rosetta.triton_kernels.common import cdiv, quick_bench, sm_count, tuned
 from rosetta.triton_kernels.tma import set_descriptor_allocator
 
 # Step 2's loop split and tile lists, imported rather than copied: this step changes the loads,
@@ -227,7 +227,7 @@ def _tuned_kernel(kernel, head_dim):
     table = {attention_tma_kernel: step2.FORWARD_CONFIGS, attention_tma_dkdv_kernel: step2.DKDV_CONFIGS,
              attention_tma_dq_kernel: step2.DQ_CONFIGS}[kernel]
     interpret = step2.INTERPRET_FORWARD_TILE if kernel is attention_tma_kernel else step2.INTERPRET_TILE
-    return triton.autotune(configs=configs(table, head_dim, interpret), key=step2.KEY)(kernel)
+    return triton.autotune(configs=configs(table, head_dim, interpret), key=step2.KEY, do_bench=quick_bench)(kernel)
 
 
 def tma_strides(step, named):
