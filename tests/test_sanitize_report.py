@@ -177,3 +177,30 @@ def test_a_run_that_hangs_is_started_once_more(tmp_path):
     note = report.restart_note(again, 120)
     assert "memcheck softmax cuda" in note[0] and report.restart_note([], 120) == []
     assert report.restarts("\n".join(["**Total: ...**", *note])) == 1 and report.restarts("no note") == 0
+
+
+def test_a_probe_marks_the_rows_it_explains(tmp_path):
+    """A probe's `Explains:` line marks matching rows (tool, step pattern, direction) as the tool's
+    limit: their counts stay, the cell names the probe, the total counts them apart."""
+    (tmp_path / "probe.cu").write_text("// Racecheck probe: a question\n// Explains: racecheck vector_add/cuda/01_* forward\n")
+    limits = report.known_limits(tmp_path)
+    assert limits == [report.Limit("racecheck", "vector_add/cuda/01_*", "forward", "probe.cu", "Racecheck probe: a question")]
+    race = report.Row("racecheck", "vector_add", "cuda", "vector_add/cuda/01_naive", "forward", errors=3)
+    assert report.explained_by(race, limits) == limits[0]
+    assert report.explained_by(report.Row("memcheck", "vector_add", "cuda", race.step, "forward", errors=3), limits) is None
+    assert report.explained_by(report.Row("racecheck", "vector_add", "cuda", race.step, "backward", errors=3), limits) is None
+    assert report.explained_by(report.Row("racecheck", "vector_add", "cuda", race.step, "forward"), limits) is None
+
+
+def test_rerender_keeps_the_runs_data_and_is_idempotent(tmp_path):
+    """make docs re-renders sanitize.md from sanitize.csv; what only the run knew (date, GPU, notes,
+    commands, sanitizer summaries, the logs line) is read back from the file."""
+    racecheck = report.parse(RACECHECK, "racecheck", "reduce_sum", "cuda")
+    md, csv_path = tmp_path / "sanitize.md", tmp_path / "sanitize.csv"
+    text = report.markdown([racecheck], ("racecheck",), commands=["compute-sanitizer --tool racecheck ..."],
+                           date="2025-01-01 00:00:00 UTC", gpu="NVIDIA H100 80GB HBM3", notes=["a note"])
+    md.write_text(text + "\nLogs: somewhere.\n")
+    report.write_csv([racecheck], csv_path)
+    assert report.rerender(md, csv_path, ("memcheck", "racecheck")) is False  # nothing to change
+    assert md.read_text() == text + "\nLogs: somewhere.\n"
+    assert racecheck.summary.startswith("RACECHECK SUMMARY") and racecheck.summary in md.read_text()

@@ -98,6 +98,9 @@ def readme_blocks(folder, base=REPO) -> dict:
     blocks["claims"] = ("Checked by the report's claims page (`make site`, then site/claims.html), "
                         "from the committed results:\n\n" + claims.markdown_summary(rows))
     sanitize = folder / "sanitize.md"
+    from ..sanitize.sanitizer import ALL_TOOLS
+
+    sanitize_report.rerender(sanitize, folder / "sanitize.csv", ALL_TOOLS)  # this code's tables, the run's data
     if sanitize.exists():
         blocks["sanitize"] = f"[{rel}/sanitize.md]({rel}/sanitize.md): " + _sanitize_total(sanitize.read_text())
     if (folder / "suite.csv").exists():

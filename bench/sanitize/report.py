@@ -11,8 +11,10 @@ cudaErrorX on CUDA API call to ...", often the driver probing itself) are counte
 from __future__ import annotations
 
 import csv
+import fnmatch
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 SETUP, UNATTRIBUTED, PROCESS = "(setup)", "(unattributed)", "(process)"
 HEADLINE = re.compile(r"^========= (\S.*?)\s*$")
@@ -195,18 +197,56 @@ def _last_words(lines: list[str]) -> str:
     return ""
 
 
+# ---- tool limits -------------------------------------------------------------------------------
+# A probe (bench/sanitize/probes/) is a minimal program that shows one kind of report to be the
+# tool's blind spot, not the kernel's bug. Its header says which rows it explains, one line each:
+# "Explains: <tool> <step label, shell-style wildcards> [direction]". Those rows keep their counts;
+# their cells name the probe, and the total counts them apart.
+
+PROBES = Path(__file__).parent / "probes"
+EXPLAINS = re.compile(r"Explains:\s*(\w+)\s+(\S+)(?:\s+(\w+))?")
+
+
+@dataclass(frozen=True)
+class Limit:
+    tool: str
+    steps: str  # a step label pattern
+    direction: str  # "" for every direction
+    probe: str  # the probe's file name
+    what: str  # the first line of its header: what it asks
+
+
+def known_limits(folder: Path = PROBES) -> list[Limit]:
+    limits = []
+    for path in sorted(folder.glob("*")):
+        text = path.read_text()
+        first = next((line.strip("/#\" ").strip() for line in text.splitlines() if line.strip("/#\" ").strip()), "")
+        limits += [Limit(m[1], m[2], m[3] or "", path.name, first) for m in EXPLAINS.finditer(text)]
+    return limits
+
+
+def explained_by(row: Row, limits: list[Limit]) -> Limit | None:
+    """The probe that explains this row's device errors (or race warnings), if any."""
+    if not (row.errors or row.warnings) or is_special(row.step) and not row.step.endswith(UNATTRIBUTED):
+        return None
+    return next((lim for lim in limits if lim.tool == row.tool and fnmatch.fnmatchcase(row.step, lim.steps)
+                 and lim.direction in ("", row.direction)), None)
+
+
 def _worth_a_row(r: Row) -> bool:
     return bool(r.errors or r.warnings or r.api_errors or r.status != "ok")
 
 
 # ---- tables ------------------------------------------------------------------------------------
 
-def _cell(r: Row) -> str:
+def _cell(r: Row, limits: list[Limit]) -> str:
     if r.status not in ("ok", "errors", "exception"):
         return r.status.split(":")[0]  # not run, crashed, timed out, build failed (the Runs table says why)
     if r.cases and r.skipped >= r.cases:
         return "skipped (limit)"
     text = str(r.errors) + (f" (+{r.warnings} warn)" if r.warnings else "")
+    limit = explained_by(r, limits)
+    text += f" (tool limit: {limit.probe})" if limit else ""
     return text + (" + exception" if r.status == "exception" else "")
 
 
@@ -226,7 +266,9 @@ def _order(runs: list[Run]) -> list[tuple[str, str]]:
 
 def markdown(runs: list[Run], tools: tuple[str, ...], *, commands: list[str], date: str,
              gpu: str = "", notes: list[str] = ()) -> str:
-    """The step x tool matrix (errors per cell; 0 is shown as 0), the findings, the runs."""
+    """The step x tool matrix (errors per cell; 0 is shown as 0), the findings, the tool limits
+    that explain some of them, the runs."""
+    limits = known_limits()
     grid: dict[tuple[str, str], dict[str, Row]] = {}
     for run in runs:
         for r in run.rows:
@@ -240,7 +282,7 @@ def markdown(runs: list[Run], tools: tuple[str, ...], *, commands: list[str], da
            "|---|---|" + "---|" * len(tools)]
     for step, direction in _order(runs):
         by_tool = grid[(step, direction)]
-        cells = [_cell(by_tool[t]) if t in by_tool else "-" for t in tools]
+        cells = [_cell(by_tool[t], limits) if t in by_tool else "-" for t in tools]
         out.append(f"| {step} | {direction} | " + " | ".join(cells) + " |")
     findings = [r for run in runs for r in run.rows if r.first or r.first_api]
     if findings:
@@ -248,12 +290,50 @@ def markdown(runs: list[Run], tools: tuple[str, ...], *, commands: list[str], da
                 "|---|---|---|---|---|---|"]
         out += [f"| {r.tool} | {r.step} | {r.direction} | {r.errors} | {r.api_errors} | "
                 f"{_escape(r.first or r.first_api)} |" for r in findings]
+    used = sorted({lim for run in runs for r in run.rows if (lim := explained_by(r, limits))}, key=lambda x: x.probe)
+    if used:
+        out += ["", "## Tool limits", "", "Rows whose reports a probe shows to be the tool's blind spot (the "
+                "probe is a minimal race-free / fully initialized program that draws the same reports; "
+                "KERNEL_LOG tells each story):", "", "| probe | what it asks | explains |", "|---|---|---|"]
+        out += [f"| [{lim.probe}](../../bench/sanitize/probes/{lim.probe}) | {_escape(lim.what)} | {lim.tool} "
+                f"{lim.steps}{' ' + lim.direction if lim.direction else ''} |" for lim in used]
     out += ["", "## Runs", "", "| tool | op | backend | status | sanitizer summary |", "|---|---|---|---|---|"]
     out += [f"| {run.tool} | {run.op} | {run.backend} | {run.status} | {_escape(run.summary)} |" for run in runs]
     out += ["", f"**{total_line(runs)}**", "", *[line for note in notes for line in (note, "")]]
     out += ["Commands:", "", "```"]
     out += commands + ["```", ""]
     return "\n".join(out)
+
+
+def rerender(md_path: Path, csv_path: Path, tools: tuple[str, ...]) -> bool:
+    """sanitize.md again from sanitize.csv, with what only the run knew (date, GPU, notes, commands,
+    the logs line) read back from the file itself: a change to this report's tables reaches the
+    committed report without a GPU (`make docs`). True if the file changed."""
+    if not (md_path.exists() and csv_path.exists()):
+        return False
+    text = md_path.read_text()
+    lines = text.splitlines()
+    gpu = lines[0].removeprefix("# compute-sanitizer").removeprefix(" on ").strip()
+    date = re.search(r"^Date: (.*?)\. Each cell", text, re.M)
+    total = next((i for i, line in enumerate(lines) if line.startswith("**Total")), None)
+    fence = [i for i, line in enumerate(lines) if line == "```"]
+    if date is None or total is None or len(fence) < 2 or "Commands:" not in lines[total:fence[0]]:
+        return False  # not a report this code wrote: leave it
+    notes = [line for line in lines[total + 1:fence[0]] if line and line != "Commands:"]
+    runs = read_csv(csv_path)
+    # the Runs table's sanitizer summaries are not in the csv: keep the file's
+    start = lines.index("## Runs") if "## Runs" in lines else total
+    said = {tuple(cells[:3]): cells[4] for line in lines[start:total] if line.startswith("| ")
+            and len(cells := [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]) == 5}
+    for run in runs:
+        run.summary = said.get((run.tool, run.op, run.backend), run.summary)
+    new = markdown(runs, tuple(t for t in tools if any(r.tool == t for r in runs)), commands=lines[fence[0] + 1:fence[1]],
+                   date=date[1], gpu=gpu, notes=notes)
+    tail = lines[fence[1] + 1:]
+    new = new + "\n".join(tail) + ("\n" if tail else "")
+    if new != text:
+        md_path.write_text(new)
+    return new != text
 
 
 RESTART_NOTE = "Started again after hanging past the"
@@ -274,11 +354,14 @@ def restarts(text: str) -> int:
 
 
 def total_line(runs: list[Run]) -> str:
+    limits = known_limits()
     errors = sum(r.errors for run in runs for r in run.rows)
     warnings = sum(r.warnings for run in runs for r in run.rows)
+    explained = sum(r.errors for run in runs for r in run.rows if explained_by(r, limits))
     api = sum(r.api_errors for run in runs for r in run.rows)
     failed = sum(run.status != "ok" for run in runs)
-    return (f"Total: {errors} device errors, {warnings} race warnings, {api} API errors; "
+    apart = f" ({explained} of them in rows a probe explains as the tool's limit)" if explained else ""
+    return (f"Total: {errors} device errors{apart}, {warnings} race warnings, {api} API errors; "
             f"{failed} of {len(runs)} sanitizer runs failed.")
 
 

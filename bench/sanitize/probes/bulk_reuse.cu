@@ -9,6 +9,7 @@
 //   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda-kernels/common -I/tmp/gen \
 //        -o /tmp/bulk_reuse bench/sanitize/probes/bulk_reuse.cu
 //   compute-sanitizer --tool racecheck /tmp/bulk_reuse 1
+// Explains: racecheck attention/cuda/04_wgmma_tma backward
 #include <cstdio>
 #include <cstdlib>
 

@@ -5,6 +5,7 @@ gelu1_n60: linear_gelu CUDA step 1 at N = 60 (rows not whole 16 bytes: no TMA st
 On the H100 the first draws 8,192 initcheck reports (one per 16 bytes of C), the second none:
 initcheck does not see the copy engine's writes. Run on a GPU box:
     compute-sanitizer --tool initcheck python bench/sanitize/probes/initcheck_tma_store.py matmul13_then_add
+Explains: initcheck linear_gelu/cuda/*
 """
 import sys
 
