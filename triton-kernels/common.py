@@ -6,6 +6,7 @@ import functools
 import os
 
 import torch
+import triton.testing
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -28,8 +29,6 @@ def quick_bench(kernel_call, quantiles):
     warm-up and 40 of repetitions instead of Triton's 25 and 100. Each repetition still flushes L2;
     the configs it ranks differ by more than the spread of a few runs, and the bench, which times
     every autotuned step at ~10 shapes x 2 directions x 10-30 configs, gets its minutes back."""
-    import triton.testing
-
     return triton.testing.do_bench(kernel_call, warmup=5, rep=40, quantiles=quantiles)
 
 

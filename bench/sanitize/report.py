@@ -217,6 +217,7 @@ class Limit:
 
 
 def known_limits(folder: Path = PROBES) -> list[Limit]:
+    """Every probe's Explains: lines; `what` is the first line of its header comment."""
     limits = []
     for path in sorted(folder.glob("*")):
         text = path.read_text()
@@ -227,8 +228,10 @@ def known_limits(folder: Path = PROBES) -> list[Limit]:
 
 def explained_by(row: Row, limits: list[Limit]) -> Limit | None:
     """The probe that explains this row's device errors (or race warnings), if any."""
-    if not (row.errors or row.warnings) or is_special(row.step) and not row.step.endswith(UNATTRIBUTED):
+    if not (row.errors or row.warnings):
         return None
+    if is_special(row.step) and not row.step.endswith(UNATTRIBUTED):
+        return None  # setup and failed processes are never a step's tool limit
     return next((lim for lim in limits if lim.tool == row.tool and fnmatch.fnmatchcase(row.step, lim.steps)
                  and lim.direction in ("", row.direction)), None)
 

@@ -26,25 +26,14 @@ Why:      step 3's mma.sync peaks near 2/3 of Hopper's dense tensor rate and eve
           expected ~600-650 TFLOP/s at B = 4, H = 16, 4k x 4k, D = 128 (step 3: 193; cuDNN:
           670), ~65% of peak. Loads are 32 KB of K or V per 4.2 M MACs from L2 (~0.5 TB/s at
           600 TFLOP/s).
-          176-key tiles (D = 128 non-causal): each tile's fixed softmax work (4 row-max shuffles,
-          2 alpha exp2s, O's rescale of 64 FMULs a thread, the turn barriers, mbarrier waits and
-          releases, wgmma fences / waits; ~100 of ~390 issue slots a thread at 128 keys) covers
-          37.5% more keys: ~7% fewer softmax issue slots a key (exp2s a key unchanged) and 27%
-          fewer ping-pong hand-offs, for ~232 of the 240 registers (S 88 + P 44 + O 64). The
-          last tile pads to 176 (4k keys: 24 tiles, 3% masked work) and the ring is 2 deep:
-          expected +2-4% at 4k x 4k (656 TFLOP/s measured at 128, bf16), ~even at 512 keys.
-          Measured (bench/ablations/attention_04_tile.py, its log in results/<gpu>/): 176 keys
-          gain 1-3% over 128 at 8k-16k keys and lose 1-7% at 512-4k, where a short key loop pays
-          the 2-deep ring's fill and the padded last tile. So 176 only from kWideTileKeys = 8k.
-          Backward: a (128-key, 64-query) tile is 5 products of 1 M MACs, ~2,560 tensor-core
-          cycles an SM; its 8 K exp2s (~510 MUFU cycles), the dS math, 16 KB of dS^T and 32 KB
-          of dQ partials through shared memory and two barriers mostly do not overlap the MMAs
-          (the consumers meet at the dS barrier every tile, so they work in step), and the m64n64
-          products from shared memory run at the 128 B / cycle shared-memory limit: expected
-          ~330-420 TFLOP/s (say 380) at B = 4, H = 16, 4k x 4k, D = 128 non-causal, ~330 causal
-          (step 3's FA2: 154; cuDNN 232-552), ~260 at D = 64 (half the MMA work a tile for the
-          same exp2s and barriers). The reduce-adds are 32 KB of L2 atomics per 5.2 M MACs (~1.2
-          TB/s at 380 TFLOP/s); pre- and postprocess move ~330 MB at D = 128 (~5%).
+          176-key tiles (D = 128 non-causal, from 8k keys) spread each tile's fixed softmax work
+          over 37.5% more keys; below 8k the 2-deep ring's fill and the padded last tile cost more
+          (bench/ablations/attention_04_tile.py).
+          Backward: a (128-key, 64-query) tile is 5 products of 1 M MACs (~2,560 tensor-core
+          cycles an SM); its exp2s, the dS math, dS^T and the dQ partials through shared memory
+          and two barriers mostly do not overlap the MMAs (the consumers meet every tile):
+          expected ~380 TFLOP/s at 4k x 4k, D = 128 (~330 causal, ~260 at D = 64; step 3: 154).
+          The dQ reduce-adds are 32 KB of L2 atomics per 5.2 M MACs.
 Still:    not persistent: each block pays its Q load and pipeline fill with the tensor cores idle
           (~5% at 32 key tiles a block) and stores O with 16-byte stores after its last tile; the
           causal diagonal tile is computed in full and masked, and causal keeps 128-key tiles (its
