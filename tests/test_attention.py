@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import rosetta
-from helpers import GPU
+from helpers import GPU, gpu_memory_allows
 from rosetta.dispatch import fits
 from rosetta.ops import SPECS
 from rosetta.ops.attention import SCALE, make_inputs, reference
@@ -80,6 +80,44 @@ def test_triton_step_forward_at_any_scale_on_cpu(interpreter, cpu_gen, v, scale)
     for causal in (0, 1):
         for shape in CPU_SHAPES:
             check(v, shape, torch.float16, "cpu", cpu_gen, causal, scale)
+
+
+def rows_far_apart(shape, row_stride, dtype, gen):
+    """k or v of shape (1, 1, S, D) whose rows lie row_stride elements apart in one big buffer:
+    the offsets inside the head pass 2^31 elements, so 32-bit row offsets would wrap."""
+    _, _, s, d = shape
+    buffer = torch.empty((s - 1) * row_stride + d, device=GPU, dtype=dtype)  # only the rows are written
+    t = buffer.as_strided(shape, (0, 0, row_stride, 1))
+    t.copy_(torch.randn(shape, device=GPU, generator=gen).to(dtype))
+    return t
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("v", STEPS, ids=lambda v: v.label)
+def test_step_row_offsets_past_2_31_inside_a_head(gen, v):
+    """Keys 2^24 elements apart (130 rows: 2.2 x 2^31 elements from the first to the last) with
+    ragged tiles, forward and backward against fp64: a step addressing rows inside a head with
+    32-bit offsets (Triton step 2's ROWS32) must see that they do not fit and use 64 bits."""
+    if not gpu_memory_allows(2 * 130 * 2**24 * 2 + 2**32):
+        pytest.skip("not enough GPU memory")
+    q = torch.randn(1, 1, 70, 64, device=GPU, generator=gen).to(torch.bfloat16)
+    k, val = (rows_far_apart((1, 1, 130, 64), 2**24, torch.bfloat16, gen) for _ in range(2))
+    inputs = (q, k, val)
+    if not fits(v, inputs):
+        pytest.skip(f"{v.label} declares a limit these strides pass")
+    for causal in (0, 1):
+        params = (causal, SCALE)
+        out = v(*inputs, params=params)
+        tol = SPEC.forward.tolerance[torch.bfloat16]
+        for name, (err, *_rest) in SPEC.forward.output_errors(out, reference(*inputs, *params), inputs):
+            assert err <= tol, f"{v.label} causal={causal}: {name} error {err:.3g} > {tol}"
+        back = (*inputs, out[0], out[1], torch.randn(out[0].shape, generator=gen, device=GPU).to(torch.bfloat16))
+        grads = v.backward(*back, params=params)
+        for name, (err, *_rest) in SPEC.backward.output_errors(grads, SPEC.backward.reference(*back, *params), back):
+            assert err <= tol, f"{v.label} causal={causal}: {name} error {err:.3g} > {tol}"
+    del k, val
+    torch.cuda.empty_cache()
 
 
 @pytest.mark.gpu

@@ -37,6 +37,13 @@ def head_strides(t):
     return t.stride(0), t.stride(1), t.stride(2)
 
 
+def row_offsets_fit_32(*tensors, pad=256):
+    """True when every row offset inside a head of each (B, H, S, D) tensor, padding rows of a
+    ragged last tile included (pad), fits a signed 32-bit integer: the loops may then address a
+    tile with 32-bit offsets from the head's 64-bit base (ROWS32 in load_tile)."""
+    return all((t.shape[2] + pad) * max(t.stride(2), t.shape[3]) < 2**31 for t in tensors)
+
+
 @triton.jit
 def head_base(ptr, bh, H, stride_b, stride_h):
     """Pointer to head (b, h) = divmod(bh, H) of a (B, H, S, D) tensor; 64-bit: b * stride_b
@@ -60,12 +67,21 @@ def load_rows(base, rows, stride_s, offs_d, n, MASKED: tl.constexpr):
 
 @triton.jit
 def load_tile(src, b, h, start, stride_s, n, MASKED: tl.constexpr, TMA: tl.constexpr, BLOCK: tl.constexpr,
-              HEAD_DIM: tl.constexpr):
+              HEAD_DIM: tl.constexpr, ROWS32: tl.constexpr = False):
     """Rows [start, start + BLOCK) of head (b, h). TMA: src is a 4-D (B, H, S, D) tensor descriptor
     (step 3) and the copy engine zero-fills rows past S of this head, so MASKED needs no mask;
-    else src is the head's base pointer (head_base) and b, h are unused."""
+    else src is the head's base pointer (head_base) and b, h are unused. ROWS32 (the host checked
+    that every row offset inside a head fits 31 bits, row_offsets_fit_32): the offsets are 32-bit
+    integers, as Flex's are, instead of load_rows' 64-bit row offsets, whose 64-bit multiply-adds
+    cost ~50 of the ~400 instructions of step 2's D = 128 loop (SASS)."""
     if TMA:
         return src.load([b, h, start, 0]).reshape(BLOCK, HEAD_DIM)
+    elif ROWS32:
+        ptrs = src + ((start + tl.arange(0, BLOCK))[:, None] * stride_s + tl.arange(0, HEAD_DIM)[None, :])
+        if MASKED:
+            return tl.load(ptrs, mask=(start + tl.arange(0, BLOCK))[:, None] < n, other=0.0)
+        else:
+            return tl.load(ptrs)
     else:
         return load_rows(src, start + tl.arange(0, BLOCK), stride_s, tl.arange(0, HEAD_DIM), n, MASKED)
 
@@ -84,7 +100,7 @@ def load_lse2(lse_bh, rows, n, MASKED: tl.constexpr):
 @triton.jit
 def attend_keys(acc, l_i, m_i, q, offs_m, k_src, v_src, b, h, stride_ks, stride_vs, lo, hi, Sk, qk_scale,
                 CAUSAL: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr, BLOCK_N: tl.constexpr,
-                HEAD_DIM: tl.constexpr, FOLD: tl.constexpr = False):
+                HEAD_DIM: tl.constexpr, FOLD: tl.constexpr = False, ROWS32: tl.constexpr = False):
     """The online softmax over key blocks [lo, hi) for the BLOCK_M queries offs_m (q in registers;
     k_src, v_src: head base pointers, or descriptors with coordinates b, h, see load_tile):
     per block S = q k^T (tensor cores, fp32), running row max m (base 2), running sum l and the
@@ -100,7 +116,7 @@ def attend_keys(acc, l_i, m_i, q, offs_m, k_src, v_src, b, h, stride_ks, stride_
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        k = load_tile(k_src, b, h, start_n, stride_ks, Sk, MASKED, TMA, BLOCK_N, HEAD_DIM)
+        k = load_tile(k_src, b, h, start_n, stride_ks, Sk, MASKED, TMA, BLOCK_N, HEAD_DIM, ROWS32)
         s = tl.dot(q, tl.trans(k))
         if not FOLD:
             s = s * qk_scale
@@ -113,7 +129,7 @@ def attend_keys(acc, l_i, m_i, q, offs_m, k_src, v_src, b, h, stride_ks, stride_
         p = tl.math.exp2(s * exp_scale - m_new[:, None])  # one FFMA and one MUFU.EX2 a score
         alpha = tl.math.exp2(m_i - m_new)  # 0 on the first block (m_i = -inf), < 1 when m grows
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = load_tile(v_src, b, h, start_n, stride_vs, Sk, MASKED, TMA, BLOCK_N, HEAD_DIM)  # padded keys: 0 * 0
+        v = load_tile(v_src, b, h, start_n, stride_vs, Sk, MASKED, TMA, BLOCK_N, HEAD_DIM, ROWS32)  # padded keys: 0 * 0
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
     return acc, l_i, m_i
@@ -122,7 +138,7 @@ def attend_keys(acc, l_i, m_i, q, offs_m, k_src, v_src, b, h, stride_ks, stride_
 @triton.jit
 def dkdv_over_queries(dk, dv, k, v, offs_n, q_src, do_src, b, h, lse_bh, delta_bh, stride_qs, stride_dos,
                       lo, hi, Sq, qk_scale, CAUSAL: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr,
-                      BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+                      BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, ROWS32: tl.constexpr = False):
     """dK and dV of the BLOCK_N keys offs_n (k, v in registers; q_src, do_src as load_tile takes
     them; lse_bh, delta_bh: this head's unit-stride rows) over query blocks [lo, hi), in the
     transposed orientation (keys down, queries across) so no tile is transposed in registers:
@@ -133,8 +149,8 @@ def dkdv_over_queries(dk, dv, k, v, offs_n, q_src, do_src, b, h, lse_bh, delta_b
     offs_m = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + offs_m
-        q = load_tile(q_src, b, h, start_m, stride_qs, Sq, MASKED, TMA, BLOCK_M, HEAD_DIM)
-        do = load_tile(do_src, b, h, start_m, stride_dos, Sq, MASKED, TMA, BLOCK_M, HEAD_DIM)
+        q = load_tile(q_src, b, h, start_m, stride_qs, Sq, MASKED, TMA, BLOCK_M, HEAD_DIM, ROWS32)
+        do = load_tile(do_src, b, h, start_m, stride_dos, Sq, MASKED, TMA, BLOCK_M, HEAD_DIM, ROWS32)
         lse2 = load_lse2(lse_bh, rows, Sq, MASKED)
         if MASKED:
             delta = tl.load(delta_bh + rows, mask=rows < Sq, other=0.0)
@@ -157,7 +173,7 @@ def dkdv_over_queries(dk, dv, k, v, offs_n, q_src, do_src, b, h, lse_bh, delta_b
 @triton.jit
 def dq_over_keys(dq, q, do, lse2, delta, offs_m, k_src, v_src, b, h, stride_ks, stride_vs, lo, hi, Sk, qk_scale,
                  CAUSAL: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr, BLOCK_N: tl.constexpr,
-                 HEAD_DIM: tl.constexpr):
+                 HEAD_DIM: tl.constexpr, ROWS32: tl.constexpr = False):
     """dQ of the BLOCK_M queries offs_m (q, dO, lse2, delta in registers) over key blocks [lo, hi):
     P recomputed, dS = P (dO v^T - delta), dQ += dS k (times scale, applied once by the caller).
     MASKED: keys past Sk (read as 0, so their score would be 0, not -inf) and, if CAUSAL, keys
@@ -166,8 +182,8 @@ def dq_over_keys(dq, q, do, lse2, delta, offs_m, k_src, v_src, b, h, stride_ks, 
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        k = load_tile(k_src, b, h, start_n, stride_ks, Sk, MASKED, TMA, BLOCK_N, HEAD_DIM)
-        v = load_tile(v_src, b, h, start_n, stride_vs, Sk, MASKED, TMA, BLOCK_N, HEAD_DIM)
+        k = load_tile(k_src, b, h, start_n, stride_ks, Sk, MASKED, TMA, BLOCK_N, HEAD_DIM, ROWS32)
+        v = load_tile(v_src, b, h, start_n, stride_vs, Sk, MASKED, TMA, BLOCK_N, HEAD_DIM, ROWS32)
         p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
         if MASKED:
             keep = cols[None, :] < Sk

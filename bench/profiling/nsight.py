@@ -1,7 +1,7 @@
 """`make profile`: Nsight Compute over every tier and step, one ncu process per op.
 
 The child process builds each subject's inputs at its profile case (the op's first headline shape
-inside the subject's declared limits, in the first dtype it takes, each direction), warms everything up (JIT, autotune,
+inside the subject's declared limits, or the spec's profile_shape, in the first dtype it takes, each direction), warms everything up (JIT, autotune,
 torch.compile) outside any NVTX range, then launches each subject once inside
 `rosetta@<op>/<backend>/<step>`, preceded by a one-thread marker kernel in its own range. ncu
 profiles only the kernels inside the op's ranges (`--nvtx-include`) with `--clock-control none`
@@ -36,14 +36,17 @@ def cases(op: str) -> list[tuple]:
     from ..run.suite import subjects, takes, Group
 
     spec = SPECS[op]
+    candidates = [(h.shape, h.dtypes) for h in spec.headlines]
+    if spec.profile_shape is not None:
+        candidates = [(spec.profile_shape, spec.headlines[0].dtypes)]
     found = []
     for subject in subjects(op):
         for direction in spec.directions():
-            for h in spec.headlines:
-                dtype = next((d for d in h.dtypes if d in subject.dtypes), None)
-                if dtype is not None and takes(subject, Group(op, direction, dtype, h.shape, "headline")) \
-                        and within_limits(subject, direction, h.shape, dtype):
-                    found.append((subject, direction, h.shape, dtype))
+            for shape, dtypes in candidates:
+                dtype = next((d for d in dtypes if d in subject.dtypes), None)
+                if dtype is not None and takes(subject, Group(op, direction, dtype, shape, "headline")) \
+                        and within_limits(subject, direction, shape, dtype):
+                    found.append((subject, direction, shape, dtype))
                     break
     return found
 
@@ -88,21 +91,25 @@ def child(op: str) -> None:
             inputs_by_case[key] = d.make_inputs(shape, dtype, "cuda", gen)
         inputs = inputs_by_case[key]
         try:
+            t0 = time.monotonic()
             fn, _ = runner(subject, direction, inputs, d.allocate(*inputs))
             fn()  # warm-up outside the ranges: JIT, autotune and compile launches are not profiled
             torch.cuda.synchronize()
+            print(f"ready {subject.label} {direction} in {time.monotonic() - t0:.1f} s", flush=True)
         except Exception as exc:  # refused or broken: the bench reports it; nothing to profile
             print(f"skip {subject.label} {direction}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
             continue
         ready.append((subject, direction, shape, dtype, fn))
     marker[(1,)](flag)
     torch.cuda.synchronize()
-    for i, (subject, *_, fn) in enumerate(ready):
+    for i, (subject, direction, *_, fn) in enumerate(ready):
+        t0 = time.monotonic()
         with nvtx.step_range(f"{op}/marker/{i}"):
             marker[(1,)](flag)
         with nvtx.step_range(subject.label):
             fn()
         torch.cuda.synchronize()
+        print(f"profiled {subject.label} {direction} in {time.monotonic() - t0:.1f} s", flush=True)
     described = [{"label": s.label, "direction": d, "shape": "x".join(map(str, shape)),
                   "dtype": str(dtype).removeprefix("torch.")} for s, d, shape, dtype, _ in ready]
     print(CASES_LINE + json.dumps(described), flush=True)
@@ -141,19 +148,24 @@ def available_metrics(ncu: str) -> set[str]:
     return {line.split()[0] for line in listing.splitlines() if line and not line.startswith(("-", " "))}
 
 
-def profile_op(ncu: str, op: str, metrics: list[str], log: Path) -> subprocess.CompletedProcess:
+def profile_op(ncu: str, op: str, metrics: list[str], log: Path, timeout: float) -> subprocess.CompletedProcess:
     from ..run import nvtx
 
     cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", nvtx.ncu_filter(op),
            "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base",
            "--log-file", str(log), sys.executable, "-m", "rosetta.bench.profiling", "--child", op]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=560)
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # say how far the child got
+        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return subprocess.CompletedProcess(cmd, -9, out, f"ncu ran past {exc.timeout:.0f} s")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m rosetta.bench.profiling")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--op", action="append")
+    p.add_argument("--timeout", type=float, default=560, help="seconds one op's ncu process may take")
     args = p.parse_args(argv)
     if args.child:
         child(args.child)
@@ -184,7 +196,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for op in ops:
             log, t0 = Path(tmp) / f"{op}.csv", time.monotonic()
-            done = profile_op(ncu, op, metrics, log)
+            done = profile_op(ncu, op, metrics, log, args.timeout)
             text = log.read_text() if log.exists() else ""
             line = next((ln for ln in done.stdout.splitlines() if ln.startswith(CASES_LINE)), None)
             if line is None:

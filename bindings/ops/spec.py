@@ -293,6 +293,11 @@ class OpSpec:
     # unfused formula, its torch.compile) take most of an op's bench time and add little to a
     # throughput-vs-size plot, the sweep leaves them to the headline tables.
     sweep_tiers: tuple[str, ...] | None = None
+    # The shape `make profile` runs every subject at, in the first headline's first dtype it takes;
+    # None: the first headline each subject takes. Nsight Compute replays a kernel once per metric
+    # pass and restores the memory it writes between passes, so an op whose slow tiers write GiBs
+    # at the headline (attention's unfused formula) is profiled at a smaller case.
+    profile_shape: tuple | None = None
     # (*forward inputs) -> the problem's shape as the shapes above write it (softmax: rows, cols;
     # matmul: M, K, N): what the dispatch table matches a call against. None: the first input's.
     problem: Callable | None = None

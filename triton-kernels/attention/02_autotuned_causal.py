@@ -39,7 +39,7 @@ from torch.library import wrap_triton
 
 from rosetta.triton_kernels.attention_common import (LOG2E, attend_keys, backward_delta, check_inputs,
                                                      dkdv_over_queries, dq_over_keys, head_base, head_strides,
-                                                     load_lse2, load_rows)
+                                                     load_lse2, load_rows, row_offsets_fit_32)
 from rosetta.triton_kernels.common import cdiv, quick_bench, tuned
 
 
@@ -115,6 +115,7 @@ def attention_causal_kernel(
     CAUSAL: tl.constexpr,
     POSITIVE_SCALE: tl.constexpr,  # qk_scale > 0: FOLD may apply
     FOLD: tl.constexpr,  # the tile folds the scale into exp2's FFMA (attend_keys), where it may
+    ROWS32: tl.constexpr,  # row offsets inside a head fit 32 bits (load_tile)
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -132,9 +133,9 @@ def attention_causal_kernel(
     mid, hi = key_ranges(start_m, Sk, CAUSAL, BLOCK_M, BLOCK_N)
     # the first block processed holds key 0, visible to every row: m is finite from there on
     acc, l_i, m_i = attend_keys(acc, l_i, m_i, q, offs_m, k_base, v_base, 0, 0, stride_ks, stride_vs, 0, mid, Sk,
-                                qk_scale, CAUSAL, False, False, BLOCK_N, HEAD_DIM, FOLD and POSITIVE_SCALE)
+                                qk_scale, CAUSAL, False, False, BLOCK_N, HEAD_DIM, FOLD and POSITIVE_SCALE, ROWS32)
     acc, l_i, m_i = attend_keys(acc, l_i, m_i, q, offs_m, k_base, v_base, 0, 0, stride_ks, stride_vs, mid, hi, Sk,
-                                qk_scale, CAUSAL, True, False, BLOCK_N, HEAD_DIM, FOLD and POSITIVE_SCALE)
+                                qk_scale, CAUSAL, True, False, BLOCK_N, HEAD_DIM, FOLD and POSITIVE_SCALE, ROWS32)
     row = bh.to(tl.int64) * Sq + offs_m  # out and lse are contiguous
     tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], (acc / l_i[:, None]).to(out_ptr.dtype.element_ty),
              mask=offs_m[:, None] < Sq)
@@ -156,6 +157,7 @@ def attention_causal_dkdv_kernel(
     H, Sq, Sk,
     qk_scale, scale,
     CAUSAL: tl.constexpr,
+    ROWS32: tl.constexpr,  # as the forward's
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,  # queries per loop step
     BLOCK_N: tl.constexpr,  # keys per program
@@ -185,11 +187,11 @@ def attention_causal_dkdv_kernel(
         lo = 0
         mid = 0
     dk, dv = dkdv_over_queries(dk, dv, k, v, offs_n, q_base, do_base, 0, 0, lse_bh, delta_bh, stride_qs, stride_dos,
-                               lo, mid, Sq, qk_scale, CAUSAL, True, False, BLOCK_M, HEAD_DIM)
+                               lo, mid, Sq, qk_scale, CAUSAL, True, False, BLOCK_M, HEAD_DIM, ROWS32)
     dk, dv = dkdv_over_queries(dk, dv, k, v, offs_n, q_base, do_base, 0, 0, lse_bh, delta_bh, stride_qs, stride_dos,
-                               mid, full_m, Sq, qk_scale, CAUSAL, False, False, BLOCK_M, HEAD_DIM)
+                               mid, full_m, Sq, qk_scale, CAUSAL, False, False, BLOCK_M, HEAD_DIM, ROWS32)
     dk, dv = dkdv_over_queries(dk, dv, k, v, offs_n, q_base, do_base, 0, 0, lse_bh, delta_bh, stride_qs, stride_dos,
-                               tl.maximum(mid, full_m), Sq, Sq, qk_scale, CAUSAL, True, False, BLOCK_M, HEAD_DIM)
+                               tl.maximum(mid, full_m), Sq, Sq, qk_scale, CAUSAL, True, False, BLOCK_M, HEAD_DIM, ROWS32)
     row = bh.to(tl.int64) * Sk + offs_n  # dk and dv are contiguous
     mask = offs_n[:, None] < Sk
     tl.store(dk_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], (dk * scale).to(dk_ptr.dtype.element_ty), mask=mask)
@@ -208,6 +210,7 @@ def attention_causal_dq_kernel(
     H, Sq, Sk,
     qk_scale, scale,
     CAUSAL: tl.constexpr,
+    ROWS32: tl.constexpr,  # as the forward's
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,  # queries per program
     BLOCK_N: tl.constexpr,  # keys per loop step
@@ -227,9 +230,9 @@ def attention_causal_dq_kernel(
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     mid, hi = key_ranges(start_m, Sk, CAUSAL, BLOCK_M, BLOCK_N)
     dq = dq_over_keys(dq, q, do, lse2, delta, offs_m, k_base, v_base, 0, 0, stride_ks, stride_vs, 0, mid, Sk, qk_scale,
-                      CAUSAL, False, False, BLOCK_N, HEAD_DIM)
+                      CAUSAL, False, False, BLOCK_N, HEAD_DIM, ROWS32)
     dq = dq_over_keys(dq, q, do, lse2, delta, offs_m, k_base, v_base, 0, 0, stride_ks, stride_vs, mid, hi, Sk, qk_scale,
-                      CAUSAL, True, False, BLOCK_N, HEAD_DIM)
+                      CAUSAL, True, False, BLOCK_N, HEAD_DIM, ROWS32)
     tl.store(dq_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], (dq * scale).to(dq_ptr.dtype.element_ty),
              mask=offs_m[:, None] < Sq)
 
@@ -253,7 +256,7 @@ def launch(q, k, v, out, lse, causal, scale):
     grid = lambda meta: (B * H * cdiv(Sq, meta["BLOCK_M"]),)  # noqa: E731
     wrap_triton(tuned_kernel(attention_causal_kernel, D))[grid](
         q, k, v, out, lse, *head_strides(q), *head_strides(k), *head_strides(v), H, Sq, Sk, scale * LOG2E,
-        CAUSAL=bool(causal), POSITIVE_SCALE=bool(scale > 0), HEAD_DIM=D)
+        CAUSAL=bool(causal), POSITIVE_SCALE=bool(scale > 0), ROWS32=row_offsets_fit_32(q, k, v), HEAD_DIM=D)
 
 
 def launch_backward(q, k, v, out, lse, dout, dq, dk, dv, causal, scale):
@@ -268,9 +271,10 @@ def launch_backward(q, k, v, out, lse, dout, dq, dk, dv, causal, scale):
     check_inputs("attention step 2", q, k, v, out, lse, dout)
     delta = backward_delta(out, dout)
     args = (*head_strides(q), *head_strides(k), *head_strides(v), *head_strides(dout), *lse.stride()[:2], H, Sq, Sk, scale * LOG2E, scale)
+    rows32 = row_offsets_fit_32(q, k, v, dout)
     grid_n = lambda meta: (B * H * cdiv(Sk, meta["BLOCK_N"]),)  # noqa: E731
     wrap_triton(tuned_kernel(attention_causal_dkdv_kernel, D))[grid_n](
-        q, k, v, dout, lse, delta, dk, dv, *args, CAUSAL=bool(causal), HEAD_DIM=D)
+        q, k, v, dout, lse, delta, dk, dv, *args, CAUSAL=bool(causal), ROWS32=rows32, HEAD_DIM=D)
     grid_m = lambda meta: (B * H * cdiv(Sq, meta["BLOCK_M"]),)  # noqa: E731
     wrap_triton(tuned_kernel(attention_causal_dq_kernel, D))[grid_m](
-        q, k, v, dout, lse, delta, dq, *args, CAUSAL=bool(causal), HEAD_DIM=D)
+        q, k, v, dout, lse, delta, dq, *args, CAUSAL=bool(causal), ROWS32=rows32, HEAD_DIM=D)
