@@ -87,7 +87,7 @@ def rows_far_apart(shape, row_stride, dtype, gen):
     the offsets inside the head pass 2^31 elements, so 32-bit row offsets would wrap."""
     _, _, s, d = shape
     buffer = torch.empty((s - 1) * row_stride + d, device=GPU, dtype=dtype)  # only the rows are written
-    t = buffer.as_strided(shape, (0, 0, row_stride, 1))
+    t = buffer.as_strided(shape, (s * row_stride, s * row_stride, row_stride, 1))
     t.copy_(torch.randn(shape, device=GPU, generator=gen).to(dtype))
     return t
 
