@@ -9,7 +9,7 @@ Changed:  q, k, v, dO tiles load through device-side 4-D tensor descriptors (B, 
           program. Loop split, tile lists and the two-pass backward are step 2's.
 Why:      per 128-key step of a 128-query D = 128 tile, K and V are 64 KB for 8.4 MFLOP (~1.1 us
           of one SM's share of ~990 TFLOP/s): step 2 issues them as 4,096 16-byte cp.async with
-          64-bit address arithmetic and predicates, on the warps that also run the softmax; TMA
+          address arithmetic and predicates, on the warps that also run the softmax; TMA
           issues one copy per tile from one thread. Persistence pays program start-up
           (descriptor creation, launch) once per SM instead of once per tile.
           Measured (H200, bf16, 4 x 16 x 4096^2, D = 128, TFLOP/s, step 2 -> 3): forward
@@ -68,7 +68,7 @@ def head_descriptor(ptr, B, H, S, stride_b, stride_h, stride_s, BLOCK: tl.conste
                                      block_shape=[1, 1, BLOCK, HEAD_DIM])
 
 
-@triton.jit(do_not_specialize=["PER_SM"])
+@triton.jit
 def attention_tma_kernel(
     q_ptr, k_ptr, v_ptr,  # (B, H, S, D): 16-byte aligned base, strides multiples of 16 bytes
     out_ptr,  # (B, H, Sq, D), q's dtype, likewise
@@ -85,7 +85,8 @@ def attention_tma_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    PER_SM,  # programs per SM: read by the grid only; a plain int, so 1 and 2 share one compile
+    PER_SM: tl.constexpr,  # programs per SM, read by the grid only. A constexpr (1 and 2 compile twice):
+    # under torch.compile, Inductor's launcher passes a tuning config's values only as constexprs
 ):
     q_desc = head_descriptor(q_ptr, B, H, Sq, stride_qb, stride_qh, stride_qs, BLOCK_M, HEAD_DIM)
     k_desc = head_descriptor(k_ptr, B, H, Sk, stride_kb, stride_kh, stride_ks, BLOCK_N, HEAD_DIM)
@@ -114,7 +115,7 @@ def attention_tma_kernel(
                  mask=offs_m < Sq)
 
 
-@triton.jit(do_not_specialize=["PER_SM"])
+@triton.jit
 def attention_tma_dkdv_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr,  # as the forward's inputs; dO like q
     lse_ptr,  # fp32 (B, H, Sq), unit last stride, natural log
@@ -133,7 +134,7 @@ def attention_tma_dkdv_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,  # queries per loop step
     BLOCK_N: tl.constexpr,  # keys per tile
-    PER_SM,  # as the forward's
+    PER_SM: tl.constexpr,  # as the forward's
 ):
     q_desc = head_descriptor(q_ptr, B, H, Sq, stride_qb, stride_qh, stride_qs, BLOCK_M, HEAD_DIM)
     do_desc = head_descriptor(do_ptr, B, H, Sq, stride_dob, stride_doh, stride_dos, BLOCK_M, HEAD_DIM)
@@ -172,7 +173,7 @@ def attention_tma_dkdv_kernel(
         dv_desc.store([b, h, start_n, 0], dv.to(dv_ptr.dtype.element_ty).reshape(1, 1, BLOCK_N, HEAD_DIM))
 
 
-@triton.jit(do_not_specialize=["PER_SM"])
+@triton.jit
 def attention_tma_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr,  # as attention_tma_dkdv_kernel
     dq_ptr,  # (B, H, Sq, D), q's dtype, TMA-describable
@@ -188,7 +189,7 @@ def attention_tma_dq_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,  # queries per tile
     BLOCK_N: tl.constexpr,  # keys per loop step
-    PER_SM,  # as the forward's
+    PER_SM: tl.constexpr,  # as the forward's
 ):
     q_desc = head_descriptor(q_ptr, B, H, Sq, stride_qb, stride_qh, stride_qs, BLOCK_M, HEAD_DIM)
     do_desc = head_descriptor(do_ptr, B, H, Sq, stride_dob, stride_doh, stride_dos, BLOCK_M, HEAD_DIM)
