@@ -4,8 +4,8 @@ Changed:  q, k, v, dO tiles load through device-side 4-D tensor descriptors (B, 
           the tensor's own strides, box 1 x 1 x BLOCK x D) and out, dq, dk, dv leave by TMA
           stores: the copy engine zero-fills rows past this head's S on load and clips them on
           store, so no load or store carries a mask (the diagonal's and the Sk tail's score
-          masks stay, as in step 2). The grid is persistent: PER_SM (tuned, 1 or 2) programs per
-          SM walk tiles pid, pid + grid, ... in step 2's order; descriptors are built once per
+          masks stay, as in step 2). The grid is persistent: PER_SM programs per SM (2 for a
+          4-warp tile, whose two programs share an SM's registers; 1 for an 8-warp one) walk tiles pid, pid + grid, ... in step 2's order; descriptors are built once per
           program. Loop split, tile lists and the two-pass backward are step 2's.
 Why:      per 128-key step of a 128-query D = 128 tile, K and V are 64 KB for 8.4 MFLOP (~1.1 us
           of one SM's share of ~990 TFLOP/s): step 2 issues them as 4,096 16-byte cp.async with
@@ -55,9 +55,17 @@ def config(tile, per_sm):
     return c
 
 
+def programs_per_sm(tile):
+    """Two programs per SM for a 4-warp tile (two fit in the register file at up to 255
+    registers a thread, so one's loads overlap the other's math), one for an 8-warp tile: at the
+    126-255 registers a thread these tiles take (ptxas), a second program could not be resident
+    and would only wait for the first to finish."""
+    return 2 if tile[2] == 4 else 1
+
+
 def configs(table, head_dim, interpret_tile):
-    """Step 2's tiles, each with one and with two programs per SM."""
-    return tuned([config(c, per_sm) for c in table[head_dim] for per_sm in (1, 2)], config(interpret_tile, 1))
+    """Step 2's tiles, each with its programs per SM."""
+    return tuned([config(c, programs_per_sm(c)) for c in table[head_dim]], config(interpret_tile, 1))
 
 
 @triton.jit
@@ -85,8 +93,8 @@ def attention_tma_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    PER_SM: tl.constexpr,  # programs per SM, read by the grid only. A constexpr (1 and 2 compile twice):
-    # under torch.compile, Inductor's launcher passes a tuning config's values only as constexprs
+    PER_SM: tl.constexpr,  # programs per SM (programs_per_sm), read by the grid only; a constexpr, as
+    # Inductor's launcher of a compiled graph passes a config's values only as constexprs
 ):
     q_desc = head_descriptor(q_ptr, B, H, Sq, stride_qb, stride_qh, stride_qs, BLOCK_M, HEAD_DIM)
     k_desc = head_descriptor(k_ptr, B, H, Sk, stride_kb, stride_kh, stride_ks, BLOCK_N, HEAD_DIM)
