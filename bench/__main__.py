@@ -129,6 +129,9 @@ def gpu_main(args) -> int:
     results.write_environment(out_dir / "environment.json",
                               {**{k: v for k, v in previous.items() if k.startswith(("profile_", "ncu"))}, **env})
     if not args.quick:
+        from .run import shape_suite
+
+        shape_suite.write_table(out_dir, env)  # ops without a suite: step=None from these headlines
         report.regenerate()  # plots (with the roofline) and the README/KERNEL_LOG tables
     for op in ops:
         print("\n" + tables.all_ladder_tables(rows, op, level="###"))

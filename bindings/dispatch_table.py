@@ -2,7 +2,8 @@
 
 `python -m rosetta.bench --suite` times every step on the shapes users bring (each op spec's
 `suite`) and writes results/<gpu>/dispatch.json: per measured case, the steps that were right, in
-order of their median time. A call is matched to the measured case nearest to it — the same input
+order of their median time. An op with no suite measured yet is ranked at its headline shapes
+(bench.csv: every step is timed there), so step=None runs its fastest step, not its last. A call is matched to the measured case nearest to it — the same input
 layout class where one was measured, then the smallest distance in log2 of each dimension of the
 problem (softmax: rows, row length; matmul: M, K, N) — so a shape between measured points takes
 the choice of its neighbour. From that case's ranking the first step whose declared limits the
@@ -67,15 +68,18 @@ class Entry:
     shape: tuple
     layout: str
     ranking: tuple  # ((step, p50_ms), ...)
+    source: str = "suite"  # or "headline": an op with no suite yet, ranked at its headline shapes
+    run: str = ""  # the git sha of the run that measured it, where not the table's
 
     def to_json(self) -> dict:
+        extra = {"source": self.source, "run": self.run} if self.source != "suite" else {}
         return {"op": self.op, "backend": self.backend, "dtype": self.dtype, "shape": list(self.shape),
-                "layout": self.layout, "ranking": [list(r) for r in self.ranking]}
+                "layout": self.layout, "ranking": [list(r) for r in self.ranking], **extra}
 
     @classmethod
     def from_json(cls, d: dict) -> "Entry":
         return cls(d["op"], d["backend"], d["dtype"], tuple(d["shape"]), d["layout"],
-                   tuple((int(s), float(ms)) for s, ms in d["ranking"]))
+                   tuple((int(s), float(ms)) for s, ms in d["ranking"]), d.get("source", "suite"), d.get("run", ""))
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: nearest_case's cache keys on it

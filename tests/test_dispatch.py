@@ -162,3 +162,28 @@ def test_every_op_has_a_suite_with_odd_shapes():
         shapes = [s for s, _ in spec.suite.cases]
         assert len(shapes) >= 10, op
         assert any(any(d % 2 for d in s) for s in shapes), f"{op}: no odd size in its suite"
+
+
+def bench_row(op, backend, step, shape, ms, direction="forward", role="headline", status="ok"):
+    return {"op": op, "backend": backend, "step": step, "label": f"{op}/{backend}/{step:02d}", "dtype": "bfloat16",
+            "shape": shape, "direction": direction, "role": role, "status": status, "p50_ms": ms, "git_sha": "run1"}
+
+
+def test_an_op_without_a_suite_is_ranked_at_its_headlines(table):
+    """An op the suite has not measured gets step=None from bench.csv's forward headlines: fastest
+    first, wrong and backward rows left out, a causal case (the same problem shape) not counted twice,
+    and explain says where the ranking came from."""
+    rows = [bench_row("attention", "triton", 2, "1x2x256x256x64", 1.0),
+            bench_row("attention", "triton", 3, "1x2x256x256x64", 1.5),
+            bench_row("attention", "triton", 1, "1x2x256x256x64", 0.5, status="wrong"),
+            bench_row("attention", "triton", 1, "1x2x256x256x64", 0.1, direction="backward"),
+            bench_row("attention", "triton", 3, "1x2x256x256x64x1", 0.2),  # causal: same inputs
+            bench_row("softmax", "triton", 1, "64x1000", 1.0)]
+    entries = shape_suite.headline_entries(rows, skip_ops={"softmax"})
+    assert [(e.op, e.shape, e.ranking, e.source, e.run) for e in entries] == [
+        ("attention", (1, 2, 256, 256, 64), ((2, 1.0), (3, 1.5)), "headline", "run1")]
+    table(Table("Test GPU", "abc123", tuple(entries)))
+    q, k, v = (torch.randn(1, 2, 200, 64, dtype=torch.bfloat16) for _ in range(3))
+    decision = rosetta.explain("attention", q, k, v, backend="triton")
+    assert decision.variant.step == 2
+    assert "headline" in decision.reason and "run1" in decision.reason

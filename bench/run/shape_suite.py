@@ -59,6 +59,43 @@ def table_entries(rows: list[dict]) -> list[dispatch_table.Entry]:
     return entries
 
 
+def headline_entries(bench_rows: list[dict], skip_ops: set) -> list[dispatch_table.Entry]:
+    """For each op not in skip_ops (those the suite measured): per forward headline case and
+    backend, the steps that were right, fastest first, from bench.csv, where every step is timed
+    at the headlines (a sweep times only the chosen step, so it ranks nothing). Cases that give the
+    same problem shape (attention causal or not: causal is a parameter, not an input) keep the first."""
+    entries, seen = [], set()
+    ok = [r for r in bench_rows if r["role"] == "headline" and r["direction"] == "forward" and r["status"] == "ok"
+          and r["backend"] in rosetta.BACKENDS and r["op"] not in skip_ops and r["op"] in SPECS]
+    hazardous = {v.label for v in rosetta.variants() if v.hazard}
+    cases = sorted({(r["op"], r["dtype"], r["shape"]) for r in ok}, key=lambda c: (c[0], c[1], len(c[2]), c[2]))
+    for op, dtype, shape in cases:
+        dims = results.shape_of(shape)
+        inputs = SPECS[op].forward.make_inputs(dims, getattr(torch, dtype), "meta", None)
+        problem, layout = SPECS[op].problem_shape(*inputs), dispatch_table.layout_class(inputs)
+        for backend in rosetta.BACKENDS:
+            mine = [r for r in ok if (r["op"], r["dtype"], r["shape"], r["backend"]) == (op, dtype, shape, backend)
+                    and r["label"] not in hazardous]
+            if not mine or (op, backend, dtype, problem) in seen:
+                continue
+            seen.add((op, backend, dtype, problem))
+            ranking = tuple((int(r["step"]), float(r["p50_ms"])) for r in sorted(mine, key=lambda r: float(r["p50_ms"])))
+            entries.append(dispatch_table.Entry(op, backend, dtype, problem, layout, ranking, "headline",
+                                                mine[0]["git_sha"]))
+    return entries
+
+
+def write_table(out_dir, env: dict) -> None:
+    """dispatch.json from every suite case of suite.csv and, for the ops without one, the
+    headline cases of bench.csv."""
+    suite_rows = results.read_rows(out_dir / "suite.csv")
+    entries = table_entries(suite_rows)
+    entries += headline_entries(results.read_rows(out_dir / "bench.csv"), {e.op for e in entries})
+    dispatch_table.write(out_dir / dispatch_table.TABLE_NAME, env["gpu"], env["git_sha"], entries)
+    dispatch_table.forget()
+    calls.forget()  # choices cached under the old table
+
+
 def suite_layout(op: str, shape: tuple, dtype: str) -> str:
     """The layout class of the inputs make_inputs gives for a suite case (fresh, contiguous), read
     off meta tensors of the same shapes (no memory; their address reads as 0, as aligned as torch's
@@ -126,10 +163,7 @@ def run(ops, gen, limits, flush, env: dict, out_dir, dtypes=None) -> list[dict]:
         rows += suite.run_group(group, subs, gen, limits, flush, progress, env["git_sha"])
         results.write_rows(path, kept + rows, replace_all=True)
         torch.cuda.empty_cache()
-    table_path = out_dir / dispatch_table.TABLE_NAME
-    dispatch_table.write(table_path, env["gpu"], env["git_sha"], table_entries(kept + rows))
-    dispatch_table.forget()
-    calls.forget()  # choices cached under the old table
+    write_table(out_dir, env)
     print(f"wrote {dispatch_table.TABLE_NAME}; timing the public calls eagerly", flush=True)
     for group in groups:
         rows += eager_rows(group, gen, env["git_sha"])
