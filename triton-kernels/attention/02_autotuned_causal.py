@@ -56,12 +56,12 @@ INTERPRET_TILE, INTERPRET_FORWARD_TILE = (64, 64, 4, 1), (64, 64, 4, 1, 1)
 # forward (BLOCK_M queries per program, BLOCK_N keys per step, FOLD). D = 128: the 128 x 128 fp32
 # accumulator is 128 registers a thread on 4 warps, so 128-row tiles take 8 (128 x 64 on 4 warps
 # spilled 16-38 B under ptxas and ran 22% slower on H200). FOLD per tile, as measured by
-# bench/ablations/attention_triton_fold.py (its log in results/<gpu>/): the fold gains on every D = 64
-# tile and on 64 x 64 and 128 x 128 at D = 128, and loses on 128 x 64 at D = 128 (ptxas schedules
-# that folded loop worse).
+# bench/ablations/attention_triton_fold.py (its log in results/<gpu>/): with 64-bit row offsets the
+# fold lost on 128 x 64 at D = 128 (ptxas scheduled that folded loop worse); with ROWS32 it gains
+# on every tile, so every tile folds.
 FORWARD_CONFIGS = {
     64: [(128, 128, 8, 3, 1), (128, 64, 4, 3, 1), (128, 64, 8, 4, 1), (64, 64, 4, 4, 1), (128, 32, 4, 4, 1)],
-    128: [(128, 64, 8, 3, 0), (128, 128, 8, 2, 1), (64, 64, 4, 3, 1), (128, 32, 8, 4, 1)],
+    128: [(128, 64, 8, 3, 1), (128, 128, 8, 2, 1), (64, 64, 4, 3, 1), (128, 32, 8, 4, 1)],
 }
 # dK/dV (BLOCK_M queries per step, BLOCK_N keys per program): k, v, dk, dv are held per program
 # (2 x BLOCK_N x D in 16-bit + 2 x BLOCK_N x D in fp32), so the key block is the large side.
