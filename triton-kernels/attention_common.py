@@ -40,7 +40,7 @@ def head_strides(t):
 def row_offsets_fit_32(*tensors, pad=256):
     """True when every row offset inside a head of each (B, H, S, D) tensor, padding rows of a
     ragged last tile included (pad), fits a signed 32-bit integer: the loops may then address a
-    tile with 32-bit offsets from the head's 64-bit base (ROWS32 in load_tile)."""
+    tile with 32-bit offsets from the head's 64-bit base (ROWS32 in load_rows)."""
     return all((t.shape[2] + pad) * max(t.stride(2), t.shape[3]) < 2**31 for t in tensors)
 
 
@@ -54,11 +54,17 @@ def head_base(ptr, bh, H, stride_b, stride_h):
 
 
 @triton.jit
-def load_rows(base, rows, stride_s, offs_d, n, MASKED: tl.constexpr):
+def load_rows(base, rows, stride_s, offs_d, n, MASKED: tl.constexpr, ROWS32: tl.constexpr = False):
     """A (len(rows), D) tile of one head; rows past n read as 0 when MASKED (unmasked callers
     pass only rows < n). Row offsets in 64 bits: rows * stride_s passes 2^31 for long sequences
-    of a strided (B, S, H, D) tensor."""
-    ptrs = base + rows[:, None].to(tl.int64) * stride_s + offs_d[None, :]
+    of a strided (B, S, H, D) tensor. ROWS32 (the host checked that every row offset inside the
+    head fits 31 bits, row_offsets_fit_32): one 32-bit offset a element, added to the 64-bit base,
+    as Flex's loads are; the 64-bit multiply-adds cost ~50 of the ~400 instructions of step 2's
+    D = 128 loop (SASS)."""
+    if ROWS32:
+        ptrs = base + (rows[:, None] * stride_s + offs_d[None, :])
+    else:
+        ptrs = base + rows[:, None].to(tl.int64) * stride_s + offs_d[None, :]
     if MASKED:
         return tl.load(ptrs, mask=rows[:, None] < n, other=0.0)
     else:
@@ -70,20 +76,11 @@ def load_tile(src, b, h, start, stride_s, n, MASKED: tl.constexpr, TMA: tl.const
               HEAD_DIM: tl.constexpr, ROWS32: tl.constexpr = False):
     """Rows [start, start + BLOCK) of head (b, h). TMA: src is a 4-D (B, H, S, D) tensor descriptor
     (step 3) and the copy engine zero-fills rows past S of this head, so MASKED needs no mask;
-    else src is the head's base pointer (head_base) and b, h are unused. ROWS32 (the host checked
-    that every row offset inside a head fits 31 bits, row_offsets_fit_32): the offsets are 32-bit
-    integers, as Flex's are, instead of load_rows' 64-bit row offsets, whose 64-bit multiply-adds
-    cost ~50 of the ~400 instructions of step 2's D = 128 loop (SASS)."""
+    else src is the head's base pointer (head_base), b and h are unused, and ROWS32 is load_rows'."""
     if TMA:
         return src.load([b, h, start, 0]).reshape(BLOCK, HEAD_DIM)
-    elif ROWS32:
-        ptrs = src + ((start + tl.arange(0, BLOCK))[:, None] * stride_s + tl.arange(0, HEAD_DIM)[None, :])
-        if MASKED:
-            return tl.load(ptrs, mask=(start + tl.arange(0, BLOCK))[:, None] < n, other=0.0)
-        else:
-            return tl.load(ptrs)
     else:
-        return load_rows(src, start + tl.arange(0, BLOCK), stride_s, tl.arange(0, HEAD_DIM), n, MASKED)
+        return load_rows(src, start + tl.arange(0, BLOCK), stride_s, tl.arange(0, HEAD_DIM), n, MASKED, ROWS32)
 
 
 @triton.jit
