@@ -3,8 +3,8 @@
 `python -m rosetta.bench --suite` times every step on the shapes users bring (each op spec's
 `suite`) and writes results/<gpu>/dispatch.json: per measured case, the steps that were right, in
 order of their median time. An op with no suite measured yet is ranked at its headline shapes
-(bench.csv: every step is timed there), so step=None runs its fastest step, not its last. A call is matched to the measured case nearest to it — the same input
-layout class where one was measured, then the smallest distance in log2 of each dimension of the
+(bench.csv: every step is timed there), so step=None runs its fastest step, not its last. A call
+is matched to the measured case nearest to it — the same input layout class where one was measured, then the smallest distance in log2 of each dimension of the
 problem (softmax: rows, row length; matmul: M, K, N) — so a shape between measured points takes
 the choice of its neighbour. From that case's ranking the first step whose declared limits the
 call fits is used. This module reads the table; the bench writes it. Records only: choosing

@@ -1,9 +1,9 @@
 """`make profile`: Nsight Compute over every tier and step, one ncu process per op.
 
 The child process builds each subject's inputs at its profile case (the op's first headline shape
-inside the subject's declared limits, or the spec's profile_shape, in the first dtype it takes, each direction), warms everything up (JIT, autotune,
-torch.compile) outside any NVTX range, then launches each subject once inside
-`rosetta@<op>/<backend>/<step>`, preceded by a one-thread marker kernel in its own range. ncu
+inside the subject's declared limits, or the spec's profile_shape, in the first dtype it takes,
+each direction), warms everything up (JIT, autotune, torch.compile) outside any NVTX range, then
+launches each subject once inside `rosetta@<op>/<backend>/<step>`, preceded by a one-thread marker kernel in its own range. ncu
 profiles only the kernels inside the op's ranges (`--nvtx-include`) with `--clock-control none`
 (clocks untouched); the markers split its kernel list into one group per subject, so a subject
 that launches several kernels (a two-pass reduction) is attributed exactly.

@@ -79,7 +79,8 @@ def headline_entries(bench_rows: list[dict], skip_ops: set) -> list[dispatch_tab
             if not mine or (op, backend, dtype, problem) in seen:
                 continue
             seen.add((op, backend, dtype, problem))
-            ranking = tuple((int(r["step"]), float(r["p50_ms"])) for r in sorted(mine, key=lambda r: float(r["p50_ms"])))
+            fastest_first = sorted(mine, key=lambda r: float(r["p50_ms"]))
+            ranking = tuple((int(r["step"]), float(r["p50_ms"])) for r in fastest_first)
             entries.append(dispatch_table.Entry(op, backend, dtype, problem, layout, ranking, "headline",
                                                 mine[0]["git_sha"]))
     return entries

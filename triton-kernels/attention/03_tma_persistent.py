@@ -5,8 +5,9 @@ Changed:  q, k, v, dO tiles load through device-side 4-D tensor descriptors (B, 
           stores: the copy engine zero-fills rows past this head's S on load and clips them on
           store, so no load or store carries a mask (the diagonal's and the Sk tail's score
           masks stay, as in step 2). The grid is persistent: PER_SM programs per SM (2 for a
-          4-warp tile, whose two programs share an SM's registers; 1 for an 8-warp one) walk tiles pid, pid + grid, ... in step 2's order; descriptors are built once per
-          program. Loop split, tile lists and the two-pass backward are step 2's.
+          4-warp tile, whose two programs share an SM's registers; 1 for an 8-warp one) walk
+          tiles pid, pid + grid, ... in step 2's order; descriptors are built once per program.
+          Loop split, tile lists and the two-pass backward are step 2's.
 Why:      per 128-key step of a 128-query D = 128 tile, K and V are 64 KB for 8.4 MFLOP (~1.1 us
           of one SM's share of ~990 TFLOP/s): step 2 issues them as 4,096 16-byte cp.async with
           address arithmetic and predicates, on the warps that also run the softmax; TMA
