@@ -1,4 +1,7 @@
+import fcntl
+import gc
 import os
+import tempfile
 
 import pytest
 import torch
@@ -72,3 +75,17 @@ def gen():
 def cpu_gen():
     """For tensors made on the CPU (interpreter tests), also on a GPU box."""
     return _generator("cpu")
+
+
+@pytest.fixture
+def huge_gpu_memory():
+    """For a test of 2^31-element tensors (4-13 GB): one such test at a time across pytest-xdist's
+    workers, and its memory handed back to the GPU afterwards, pass or fail. Several at once, or
+    one worker's cache still holding a finished one's blocks, would run the others out of memory."""
+    with open(os.path.join(tempfile.gettempdir(), "rosetta-huge-gpu-test.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            gc.collect()
+            torch.cuda.empty_cache()
