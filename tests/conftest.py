@@ -1,7 +1,9 @@
 import fcntl
 import gc
 import os
+import sys
 import tempfile
+import traceback
 
 import pytest
 import torch
@@ -77,15 +79,32 @@ def cpu_gen():
     return _generator("cpu")
 
 
+def release_gpu_memory():
+    """Hand this process's cached GPU blocks back, including those a failed test's traceback
+    still holds (pytest keeps it in sys.last_traceback; its report is already written)."""
+    tb = getattr(sys, "last_traceback", None)
+    if tb is not None:
+        traceback.clear_frames(tb)
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+@pytest.fixture(autouse=True)
+def _share_the_gpu_between_workers(request):
+    """Under pytest-xdist, worker processes share one GPU: each gives its cache back after every
+    GPU test, or a few workers holding tens of GB would run the others out of memory."""
+    yield
+    if HAS_CUDA and os.environ.get("PYTEST_XDIST_WORKER") and "gpu" in request.keywords:
+        release_gpu_memory()
+
+
 @pytest.fixture
 def huge_gpu_memory():
     """For a test of 2^31-element tensors (4-13 GB): one such test at a time across pytest-xdist's
-    workers, and its memory handed back to the GPU afterwards, pass or fail. Several at once, or
-    one worker's cache still holding a finished one's blocks, would run the others out of memory."""
+    workers, its memory given back afterwards, pass or fail."""
     with open(os.path.join(tempfile.gettempdir(), "rosetta-huge-gpu-test.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            gc.collect()
-            torch.cuda.empty_cache()
+            release_gpu_memory()
