@@ -96,3 +96,11 @@ def test_a_dtype_no_step_takes_names_the_steps_that_do():
         rosetta.ops.SPECS[v.op].cpu_shapes[1], torch.float32, "cpu", torch.Generator().manual_seed(0))]
     with pytest.raises(ValueError, match=rf"{v.label} takes \['torch.float32'\], got torch.float16; "):
         v(*inputs)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_norm_refuses_rows_of_no_elements(op):
+    x = torch.randn(3, 0)
+    args = (x, torch.randn(0)) if op == "rms_norm" else (x, torch.randn(0), torch.randn(0))
+    with pytest.raises(ValueError, match=r"x of shape \(3, 0\) does not have \(or is empty: rows of no elements"):
+        getattr(rosetta, op)(*args, backend="cuda")

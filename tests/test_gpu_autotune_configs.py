@@ -8,7 +8,7 @@ import pytest
 import rosetta
 from cases import make_inputs, poisoned_output
 from helpers import GPU, assert_matches_reference
-from rosetta import torch_ops
+from rosetta import torch_ops, triton_launch
 from rosetta.dispatch import fits
 from rosetta.ops import SPECS
 from triton.runtime.autotuner import Autotuner
@@ -39,6 +39,8 @@ def test_every_autotune_config_matches_fp64(gen, monkeypatch, v, kernel_name, in
     # One config: the autotuner runs it without timing anything; an empty cache forgets earlier picks.
     monkeypatch.setattr(kernel, "configs", [kernel.configs[index]])
     monkeypatch.setattr(kernel, "cache", {})
+    # and the eager launcher forgets the compiled kernels it keeps per key, which another config chose
+    monkeypatch.setattr(triton_launch, "_LAUNCHERS", {})
     spec = SPECS[v.op]
     for shape in [*spec.test_shapes, *EXTRA_SHAPES.get(v.op, [])]:
         for dtype in v.dtypes:
