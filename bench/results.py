@@ -96,26 +96,36 @@ def shape_of(text: str) -> tuple[int, ...]:
     return tuple(int(s) for s in text.split("x")) if text else ()
 
 
-def changed_since_run(folder: Path, variants) -> list:
-    """The steps whose code (the file past its header comment, without comment lines, and for a
-    CUDA step the same of every shared header it includes) differs from the code at the bench
-    run's commit (git_sha in the folder's environment.json): their rows describe the earlier code.
-    Empty when git, or the commit, is not at hand (a tarball, a shallow clone)."""
-    sha = read_environment(folder / "environment.json").get("git_sha")
-    if not sha:
-        return []
-    return [v for v in variants
-            if (then := _measured_code(v.source, sha)) is not None and then != _measured_code(v.source)]
+def changed_since_run(folder: Path, variants) -> dict:
+    """{step: the run} for the steps whose code (the file past its header comment, without comment
+    lines, and the same of every shared CUDA header or Triton module it uses) differs from the
+    code at the commit of a bench run that measured its rows (each row's git_sha in bench.csv; the
+    folder's environment.json for rows without one): those rows describe the earlier code. Empty
+    when git, or the commit, is not at hand (a tarball, a shallow clone)."""
+    latest = read_environment(folder / "environment.json").get("git_sha")
+    runs: dict = {}
+    for r in read_csv(folder / "bench.csv"):
+        runs.setdefault(r["label"], set()).add(r.get("git_sha") or latest)
+    changed = {}
+    for v in variants:
+        for sha in sorted(runs.get(v.label, {latest}) - {None, ""}):
+            then = _measured_code(v.source, sha)
+            if then is not None and then != _measured_code(v.source):
+                changed[v] = sha
+                break
+    return changed
 
 
 _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"', re.MULTILINE)
+_TRITON_IMPORT = re.compile(r"^from rosetta\.triton_kernels\.(\w+) import", re.MULTILINE)
 
 
 def _measured_code(source: str, sha: str | None = None) -> str | None:
-    """_code of a step file as committed at sha (None: as it is now), followed by the code of the
-    headers it includes from cuda-kernels/common, transitively: a shared header edited after the
-    run (a tensor map's setting in hopper.cuh, say) changes what every step including it runs.
-    None when the step file is not at hand at sha; a header missing there counts as empty."""
+    """_code of a step file as committed at sha (None: as it is now), followed by the code of what
+    it shares, transitively: the headers a CUDA step includes from cuda-kernels/common, the modules
+    a Triton step imports from triton-kernels/. A shared file edited after the run (a tensor map's
+    setting in hopper.cuh, attention_common's loads) changes what every step using it runs.
+    None when the step file is not at hand at sha; a shared file missing there counts as empty."""
     from rosetta.cuda_build import COMMON_DIR
     from rosetta.registry import REPO
 
@@ -127,16 +137,22 @@ def _measured_code(source: str, sha: str | None = None) -> str | None:
     text = read(source)
     if text is None:
         return None
+    if source.endswith(".cu"):
+        uses, folder = _INCLUDE, COMMON_DIR
+        path_of = lambda name: folder / name  # noqa: E731
+    else:
+        uses, folder = _TRITON_IMPORT, REPO / "triton-kernels"
+        path_of = lambda name: folder / f"{name}.py"  # noqa: E731
     parts, seen = [_code(text)], set()
-    pending = _INCLUDE.findall(text) if source.endswith(".cu") else []
+    pending = uses.findall(text)
     while pending:
         name = pending.pop()
-        if name in seen or not (COMMON_DIR / name).is_file():
-            continue  # seen, or not a committed shared header (rosetta_ops.h is generated)
+        if name in seen or not path_of(name).is_file():
+            continue  # seen, or not a committed shared file (rosetta_ops.h is generated)
         seen.add(name)
-        header = read(str((COMMON_DIR / name).relative_to(REPO))) or ""
-        parts.append(_code(header))
-        pending += _INCLUDE.findall(header)
+        shared = read(str(path_of(name).relative_to(REPO))) or ""
+        parts.append(_code(shared))
+        pending += uses.findall(shared)
     return "\n".join(parts)
 
 

@@ -292,9 +292,9 @@ def test_a_step_whose_code_changed_after_the_run_is_named(tmp_path, monkeypatch)
 
     monkeypatch.setattr(results.subprocess, "run", git_show)
     results._source_at.cache_clear()
-    assert results.changed_since_run(tmp_path, rosetta.variants("vector_add")) == [edited]
+    assert results.changed_since_run(tmp_path, rosetta.variants("vector_add")) == {edited: "0123abcd"}
     block = log.step_block(edited, [], [], "0123abcd")
-    assert "**Changed since the run:** the source (or a shared header it includes) differs from run 0123abcd's" in block
+    assert "**Changed since the run:** the source (or a shared file it uses) differs from run 0123abcd's" in block
 
 
 def test_a_shared_header_whose_code_changed_after_the_run_marks_every_step_that_includes_it(tmp_path, monkeypatch):
@@ -314,10 +314,35 @@ def test_a_shared_header_whose_code_changed_after_the_run_marks_every_step_that_
 
         monkeypatch.setattr(results.subprocess, "run", git_show)
         results._source_at.cache_clear()
-        return results.changed_since_run(tmp_path, rosetta.variants("vector_add"))
+        return list(results.changed_since_run(tmp_path, rosetta.variants("vector_add")))
 
     assert run_with(lambda now: now + "\nstatic int the_code_as_it_was;\n") == rosetta.variants("vector_add", "cuda")
     assert run_with(lambda now: "// an older comment line\n" + now) == []
+    results._source_at.cache_clear()
+
+
+def test_each_step_is_compared_with_the_run_that_measured_its_rows(tmp_path, monkeypatch):
+    """bench.csv gathers runs: a step's rows are checked against their own run's code, not the
+    latest run's; a Triton step also runs the shared modules it imports (common.py here)."""
+    from types import SimpleNamespace
+
+    (tmp_path / "environment.json").write_text('{"git_sha": "latest"}')
+    first, second = rosetta.variants("vector_add", "triton")[:2]
+    results.write_rows(tmp_path / "bench.csv", [
+        dict(op="vector_add", direction="forward", backend="triton", step=v.step, name="x", label=v.label,
+             dtype="float32", shape="1024", numel=1024, role="headline", layout="", status="ok", git_sha=sha)
+        for v, sha in ((first, "older"), (second, "latest"))], replace_all=True)
+    shared = "triton-kernels/common.py"
+    assert "from rosetta.triton_kernels.common import" in (rosetta.registry.REPO / first.source).read_text()
+
+    def git_show(cmd, **kwargs):  # common.py had other code at "older"; everything else is as now
+        sha, source = cmd[-1].split(":", 1)
+        now = (rosetta.registry.REPO / source).read_text()
+        return SimpleNamespace(returncode=0, stdout=now + "\nTHE_CODE_AS_IT_WAS = 1\n" if (sha, source) == ("older", shared) else now)
+
+    monkeypatch.setattr(results.subprocess, "run", git_show)
+    results._source_at.cache_clear()
+    assert results.changed_since_run(tmp_path, [first, second]) == {first: "older"}
     results._source_at.cache_clear()
 
 

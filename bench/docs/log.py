@@ -35,7 +35,7 @@ def step_block(v, rows, ncu_rows, run_sha: str | None = None) -> str:
         text.append(f"- **Hazard:** {v.hazard}")
     text.append(f"- **Source:** [`{v.source}`]({v.source})")
     if run_sha:
-        text.append(f"- **Changed since the run:** the source (or a shared header it includes) differs "
+        text.append(f"- **Changed since the run:** the source (or a shared file it uses) differs "
                     f"from run {run_sha}'s; the numbers below measured that earlier code")
     text.append("")
     order = {key[:3]: i for i, key in enumerate(tables.headlines(v.op))}
@@ -129,13 +129,12 @@ def update(folder, figures=None) -> bool:
     ncu_rows = ncu.read_table(folder / "ncu.csv")
     original = LOG.read_text() if LOG.exists() else "# KERNEL_LOG\n"
     text = ensure_sections(original)
-    sha = results.read_environment(folder / "environment.json").get("git_sha")
-    changed = {v.label for v in results.changed_since_run(folder, rosetta.variants())}
+    changed = {v.label: run for v, run in results.changed_since_run(folder, rosetta.variants()).items()}
     for op in rosetta.ops_with_steps():
         text = order_steps(text, op)
         text = markers.replace(text, f"{op}/summary", op_block(op, rows, ncu_rows, folder))
         for v in rosetta.variants(op):
-            text = markers.replace(text, v.label, step_block(v, rows, ncu_rows, sha if v.label in changed else None))
+            text = markers.replace(text, v.label, step_block(v, rows, ncu_rows, changed.get(v.label)))
     text = prose.render(text, figures or prose.Data.load(folder))
     if text != original:
         LOG.write_text(text)
