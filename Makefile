@@ -5,7 +5,7 @@ PY ?= $(VENV)/bin/python
 PYTEST = $(PY) -m pytest
 BENCH = PYTHONUNBUFFERED=1 $(PY) -m rosetta.bench
 
-.PHONY: setup test test-gpu bench bench-quick bench-suite bench-overhead flush-check profile sanitize survey docs site screenshot clean
+.PHONY: setup test test-gpu bench bench-quick bench-changed bench-suite bench-overhead flush-check profile sanitize survey docs site screenshot clean
 
 # torch==2.13.0 is the CPU build on machines without a GPU (a plain `torch` would pull a multi-GB
 # CUDA build); triton 3.6.0 is the reference GPU's, so the interpreter runs the same Triton there;
@@ -39,14 +39,21 @@ test:
 
 # GPU: every step x dtype x direction x shape against fp64, autograd, compile, opcheck, fuzzing.
 # `slow`: >= 2^31 elements.
+# pytest-xdist's workers where it is installed (~2,000 GPU tests: ~16 min on 12 of them); the
+# tests share the GPU's memory between workers (tests/conftest.py). GPU_WORKERS= runs them in one process.
+GPU_WORKERS ?= $(shell $(PY) -c "import xdist" 2>/dev/null && echo 12)
 test-gpu:
-	$(PYTEST) -m "gpu" -q $(PYTEST_ARGS)
+	$(PYTEST) -m "gpu" -q $(if $(GPU_WORKERS),-n $(GPU_WORKERS)) $(PYTEST_ARGS)
 
 bench:
 	$(BENCH)
 
 bench-quick:
 	$(BENCH) --quick
+
+# Only the ops with a step whose code changed since the run that measured its rows, each whole.
+bench-changed:
+	$(BENCH) --changed
 
 # The shapes users bring: every step on each, the dispatch table step=None reads (dispatch.json),
 # suite.md and heatmaps. In parts of a few minutes each: `make bench-suite SUITE_OPS="--op matmul --dtype bfloat16"`.

@@ -1,4 +1,4 @@
-"""python -m rosetta.bench [--op OP] [--backend B] [--step N] [--quick] [--flush-check] [--suite] [--overhead]
+"""python -m rosetta.bench [--op OP] [--backend B] [--step N] [--quick] [--flush-check] [--suite] [--changed] [--overhead]
 
 On a GPU: every tier and step of the selected ops, correctness first, then timing; writes
 results/<gpu>/bench.csv, environment.json and plots, and regenerates the KERNEL_LOG/README tables.
@@ -31,6 +31,9 @@ def parse_args(argv=None):
                         "the dispatch table step=None reads (dispatch.json), suite.md and heatmaps")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), action="append",
                    help="with --suite: only the cases of this dtype (the suite in parts of a few minutes each)")
+    p.add_argument("--changed", action="store_true",
+                   help="only the ops (whole, every tier and step) with a step whose code changed since "
+                        "the run that measured its rows in results/<gpu>/bench.csv")
     p.add_argument("--overhead", action="store_true",
                    help="only the host cost per call: torch, each backend's public call and the layers under it")
     return p.parse_args(argv)
@@ -38,6 +41,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.changed:
+        args.op = changed_ops(args.op)
+        if not args.op:
+            print("No step's code changed since the run that measured its rows: nothing to re-run.")
+            return 0
     if not torch.cuda.is_available():
         print("No CUDA GPU here: running the CPU part instead (Triton interpreter correctness at "
               "small sizes, line counts per step, the last committed GPU results).")
@@ -46,6 +54,23 @@ def main(argv=None) -> int:
 
         return cpu_main(args)
     return gpu_main(args)
+
+
+def changed_ops(among=None) -> list:
+    """The ops (of `among`, else all) with a step whose rows in this GPU's results (the reference
+    GPU's without one) measured code that has changed since, each named with its steps."""
+    import rosetta
+
+    from . import environment, results
+    from .docs import report
+
+    folder = environment.results_dir() if torch.cuda.is_available() else report.reference_results()
+    changed = results.changed_since_run(folder, rosetta.variants()) if folder else {}
+    ops = [op for op in (among or rosetta.ops_with_steps()) if any(v.op == op for v in changed)]
+    for op in ops:
+        print(f"{op}: changed since their rows' run: "
+              + ", ".join(f"{v.label} ({run})" for v, run in changed.items() if v.op == op))
+    return ops
 
 
 def gpu_main(args) -> int:

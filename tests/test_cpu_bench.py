@@ -36,3 +36,19 @@ def test_cpu_bench_honours_backend_and_step():
     assert checked == {"softmax/triton/02_online"}
     cuda = bench("--op", "vector_add", "--backend", "cuda")
     assert cuda.returncode == 0 and "need one" in cuda.stdout and "/triton/" not in cuda.stdout
+
+
+def test_changed_selects_the_ops_whose_steps_changed_since_their_rows_run(monkeypatch, capsys):
+    """--changed re-runs whole ops, those with a step that changed since the run behind its rows,
+    and says which steps and runs; with none changed it says so and runs nothing."""
+    from rosetta.bench import __main__ as cli
+    from rosetta.bench import results
+
+    step = rosetta.variants("dropout", "triton")[0]
+    monkeypatch.setattr(results, "changed_since_run", lambda folder, variants: {step: "0123abcd"})
+    assert cli.changed_ops() == ["dropout"]
+    assert cli.changed_ops(["matmul"]) == []
+    assert f"dropout: changed since their rows' run: {step.label} (0123abcd)" in capsys.readouterr().out
+    monkeypatch.setattr(results, "changed_since_run", lambda folder, variants: {})
+    assert cli.main(["--changed"]) == 0
+    assert "nothing to re-run" in capsys.readouterr().out
