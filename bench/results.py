@@ -108,9 +108,9 @@ def changed_since_run(folder: Path, variants) -> dict:
         runs.setdefault(r["label"], set()).add(r.get("git_sha") or latest)
     changed = {}
     for v in variants:
+        now = _measured_code(v.source)
         for sha in sorted(runs.get(v.label, {latest}) - {None, ""}):
-            then = _measured_code(v.source, sha)
-            if then is not None and then != _measured_code(v.source):
+            if (then := _measured_code(v.source, sha)) is not None and then != now:
                 changed[v] = sha
                 break
     return changed
@@ -128,6 +128,7 @@ def _measured_code(source: str, sha: str | None = None) -> str | None:
     None when the step file is not at hand at sha; a shared file missing there counts as empty."""
     from rosetta.cuda_build import COMMON_DIR
     from rosetta.registry import REPO
+    from rosetta.steps import KERNEL_DIRS
 
     def read(path: str) -> str | None:
         if sha is not None:
@@ -137,12 +138,8 @@ def _measured_code(source: str, sha: str | None = None) -> str | None:
     text = read(source)
     if text is None:
         return None
-    if source.endswith(".cu"):
-        uses, folder = _INCLUDE, COMMON_DIR
-        path_of = lambda name: folder / name  # noqa: E731
-    else:
-        uses, folder = _TRITON_IMPORT, REPO / "triton-kernels"
-        path_of = lambda name: folder / f"{name}.py"  # noqa: E731
+    uses, path_of = ((_INCLUDE, lambda name: COMMON_DIR / name) if source.endswith(".cu")
+                     else (_TRITON_IMPORT, lambda name: KERNEL_DIRS["triton"] / f"{name}.py"))
     parts, seen = [_code(text)], set()
     pending = uses.findall(text)
     while pending:
