@@ -67,19 +67,27 @@ class Entry:
     dtype: str
     shape: tuple
     layout: str
-    ranking: tuple  # ((step, p50_ms), ...)
+    ranking: tuple  # ((step, p50_ms), ...): the forward
     source: str = "suite"  # or "headline": an op with no suite yet, ranked at its headline shapes
     run: str = ""  # the git sha of the run that measured it, where not the table's
+    # ((step, forward + backward p50_ms), ...) where both directions were timed: the ranking of a
+    # call with a gradient to take, which runs the chosen step's backward too (a step can win the
+    # forward and lose the pair: the norms' split-row steps)
+    grad_ranking: tuple = ()
 
     def to_json(self) -> dict:
         extra = {"source": self.source, "run": self.run} if self.source != "suite" else {}
+        if self.grad_ranking:
+            extra["grad_ranking"] = [list(r) for r in self.grad_ranking]
         return {"op": self.op, "backend": self.backend, "dtype": self.dtype, "shape": list(self.shape),
                 "layout": self.layout, "ranking": [list(r) for r in self.ranking], **extra}
 
     @classmethod
     def from_json(cls, d: dict) -> "Entry":
-        return cls(d["op"], d["backend"], d["dtype"], tuple(d["shape"]), d["layout"],
-                   tuple((int(s), float(ms)) for s, ms in d["ranking"]), d.get("source", "suite"), d.get("run", ""))
+        def pairs(key):
+            return tuple((int(s), float(ms)) for s, ms in d.get(key, ()))
+        return cls(d["op"], d["backend"], d["dtype"], tuple(d["shape"]), d["layout"], pairs("ranking"),
+                   d.get("source", "suite"), d.get("run", ""), pairs("grad_ranking"))
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: nearest_case's cache keys on it

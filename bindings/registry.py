@@ -131,10 +131,13 @@ def decide(op: str, backend: str, dtype=None, inputs: tuple = (), device=None) -
         return fallback(f"{where}; `make bench-suite` measures one")
     entry, dist, same_layout = found
     ladder = {v.step: v for v in _ladder(op, backend)}
-    alternatives = tuple((s, ms, s in ladder and dispatch.fits(ladder[s], inputs)) for s, ms in entry.ranking)
+    # a gradient to take: the step's backward runs too, so rank by forward + backward where timed
+    grad = bool(entry.grad_ranking) and torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+    ranking = entry.grad_ranking if grad else entry.ranking
+    alternatives = tuple((s, ms, s in ladder and dispatch.fits(ladder[s], inputs)) for s, ms in ranking)
     chosen = next((ladder[s] for s, _, fits in alternatives if fits), None)
     shape = "x".join(map(str, entry.shape))
-    where = (f"fastest measured at {shape} (layout {entry.layout}"
+    where = (f"fastest{' forward + backward' if grad else ''} measured at {shape} (layout {entry.layout}"
              + ("" if same_layout else f"; these inputs are {dispatch_table.layout_class(inputs)}, not measured")
              + (", the same shape class)" if dist == 0 else f"), the nearest measured case: {dist:.1f} octaves away)")
              + f" on {table.gpu}, run {entry.run or table.git_sha}"

@@ -187,3 +187,22 @@ def test_an_op_without_a_suite_is_ranked_at_its_headlines(table):
     decision = rosetta.explain("attention", q, k, v, backend="triton")
     assert decision.variant.step == 2
     assert "headline" in decision.reason and "run1" in decision.reason
+
+
+def test_a_call_with_a_gradient_is_ranked_by_forward_plus_backward(table):
+    """A step can win the forward and lose the pair (the norms' split-row steps): a call that will
+    take a gradient is matched against forward + backward, one without against the forward."""
+    def row(step, ms, direction="forward"):
+        return bench_row("rms_norm", "triton", step, "64x8192", ms, direction)
+    rows = [row(3, 1.0), row(3, 5.0, "backward"), row(4, 1.5), row(4, 2.0, "backward"),
+            row(1, 0.9)]  # step 1: no backward timed, so in the forward ranking only
+    entry, = shape_suite.headline_entries(rows, skip_ops=set())
+    assert entry.ranking == ((1, 0.9), (3, 1.0), (4, 1.5)) and entry.grad_ranking == ((4, 3.5), (3, 6.0))
+    table(Table("Test GPU", "abc123", (entry,)))
+    x, w = torch.randn(64, 8192, dtype=torch.bfloat16), torch.randn(8192, dtype=torch.bfloat16)
+    assert rosetta.decide("rms_norm", "triton", torch.bfloat16, (x, w)).variant.step == 1
+    d = rosetta.decide("rms_norm", "triton", torch.bfloat16, (x.requires_grad_(), w))
+    assert d.variant.step == 4 and "forward + backward" in d.reason
+    with torch.no_grad():
+        assert rosetta.decide("rms_norm", "triton", torch.bfloat16, (x, w)).variant.step == 1
+    assert dispatch_table.Entry.from_json(entry.to_json()) == entry

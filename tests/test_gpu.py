@@ -215,9 +215,11 @@ def test_autograd_runs_the_same_step(gen, v):
     dtype = v.dtypes[0]
     # matmul: rows TMA can read, else K = 1, whose backward products the small-M steps take
     # (dA = dC @ B^T with B^T a single column, dB = A^T @ dC with one row); softmax: short rows,
-    # else the long ones steps 6-8 are meant for
+    # else the long ones steps 6-8 are meant for; other ops: the fourth test shape, else the first
+    # non-empty one the step takes (the norms' long-row steps)
+    test_shapes = SPECS[v.op].test_shapes
     shapes = {"softmax": [(37, 777), (5, 50000), (3, 32768)],
-              "matmul": [(64, 128, 48), (8, 1, 8)]}.get(v.op, [SPECS[v.op].test_shapes[3]])
+              "matmul": [(64, 128, 48), (8, 1, 8)]}.get(v.op, [test_shapes[3], *(s for s in test_shapes if 0 not in s)])
     inputs = list(fitting_inputs(v, shapes, dtype, gen, grad=True))
     out = as_tuple(v(*inputs))[0]  # the first output (saved statistics have no gradient)
     grad = torch.randn(out.shape, device=GPU, generator=gen).to(dtype)

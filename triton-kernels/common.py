@@ -6,6 +6,8 @@ import functools
 import os
 
 import torch
+import triton
+import triton.language as tl
 import triton.testing
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -47,3 +49,17 @@ def sm_count(device: torch.device) -> int:
 @functools.cache
 def _cuda_sm_count(index: int) -> int:  # asked on every launch: the properties call costs microseconds
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@triton.jit
+def wait_for_peers(counter_ptr, peers):
+    """Announce this program's partials (stored just before), then spin until `peers` programs have
+    announced on the same counter (an int32, zeroed before the launch): the programs that share a
+    row meet through L2, which is how a Triton step stands in for a CUDA cluster's DSMEM. Read the
+    peers' partials after this with cache_modifier=".cg" (from L2, never a stale L1 line). Every
+    peer must be resident at once: under TRITON_INTERPRET=1 programs run one after another, so
+    there `peers` must be 1."""
+    tl.debug_barrier()  # every thread's partial store is ordered before the release below
+    tl.atomic_add(counter_ptr, 1, sem="release")
+    while tl.atomic_add(counter_ptr, 0, sem="acquire") < peers:
+        pass

@@ -5,12 +5,14 @@ The backward's parameter gradients are sums over rows. Atomics would add the row
 whatever order programs arrive, so the bits would change from run to run; instead every backward
 program writes one fp32 partial row (the sum over the rows it did), and `sum_partials` adds those
 partial rows in a fixed order: the same shape gives the same bits every run."""
+import functools
+
 import torch
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count, tuned
+from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count, tuned
 
 MAX_COLS = 65536  # the longest row the steps hold in one tile (past it, the backward spills ~2 KB)
 TILES = (2048, 4096, 8192, 16384)  # elements per tile the persistent steps' autotuner tries
@@ -223,3 +225,79 @@ def sum_counted_partials(partial, count, *outs):
     else:
         wrap_triton(counted_sum2_kernel)[grid](partial, count, outs[0], outs[1], groups, cols, BLOCK_G=block_g,
                                                BLOCK_C=block_c, num_warps=warps)
+
+
+# ---- step 4: a row split across the programs of a group, which meet through L2 -----------------
+# A group of `slices` consecutive programs shares each of its rows, program s holding columns
+# [s * SLICE, (s + 1) * SLICE) of every row the group does, in registers, for the whole launch (so
+# the backward's dweight/dbias sums for those columns stay in registers too). Per row, each
+# program posts its slice's partial sums, waits for its peers' (share) and adds all of them in
+# slice order: the same bits in every program and every run.
+SPLIT_VALUES = {2: 16, 4: 8}  # values a thread and tensor (fp32: 8, registers: ptxas -v, sm_90a)
+SPLIT_ROW_BYTES = 16384  # a row up to this stays in one program (one slice: nothing to wait for)
+SPLIT_SLICE = 2048  # past it, columns a program: 4 warps (fp32: 8), 4 (2) programs an SM
+SPLIT_WARPS_PER_SM = 16
+
+
+def split_plan(device, rows, cols, element_size):
+    """(SLICE, warps, programs an SM, slices, groups) of a launch. Measured on H100, bf16: rows
+    of 4,096 and 8,192 were fastest whole in one program (16 values a thread, 16 warps an SM),
+    32,768 in 16 slices of 2,048 at 4 programs an SM (the most waits overlapped), then 8 slices
+    of 4,096 at 2, then 4 of 8,192 at 1. Every program of the grid (groups x slices) is resident
+    at once, so the programs of a row can wait for each other. Under the interpreter programs
+    run one after another and cannot wait: the slice is the whole row."""
+    block = next_power_of_2(cols)
+    width = block if INTERPRET or block * element_size <= SPLIT_ROW_BYTES else SPLIT_SLICE
+    warps = max(1, min(16, width // (32 * SPLIT_VALUES[element_size])))
+    per_sm = SPLIT_WARPS_PER_SM // warps
+    slices = cdiv(cols, width)
+    resident = sm_count(device) * per_sm
+    if slices > resident:
+        raise ValueError(f"a row of {cols} columns needs {slices} programs resident at once, this GPU holds "
+                         f"{resident}: use step 3, which streams long rows")
+    return width, warps, per_sm, slices, min(rows, resident // slices)
+
+
+@functools.cache
+def split_kernel(kernel, warps, per_sm):
+    """The kernel as a split grid launches it: `warps` warps, registers capped so that `per_sm`
+    programs fit an SM, whatever ptxas would have chosen (a program left waiting for an SM would
+    leave its peers spinning). A one-config autotuner carries the cap; it times nothing."""
+    config = triton.Config({}, num_warps=warps, maxnreg=register_cap(per_sm, warps))
+    return triton.autotune(configs=[config], key=["cols"])(kernel)
+
+
+@triton.jit
+def _word(v):
+    """An fp32 partial as a 64-bit word a peer can poll: the bits low, a 1 (posted) high. A peer
+    sees the whole word or none of it, so no fence orders the value before a flag."""
+    return (v.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | (1 << 32)
+
+
+@triton.jit
+def share(part_ptr, row, rows, s, slices, a, b, SLICES_P2: tl.constexpr, PAIR: tl.constexpr):
+    """Posts this program's partial a (and b, if PAIR) of `row`'s slice s, spins until every slice
+    of the row has posted, and returns all of them in slice order, [SLICES_P2] each (0 past
+    `slices`). part_ptr: int64 [2, rows, slices], zeroed before the launch (0: not posted). The
+    flag travels in the value's own word: a counter bumped after the values would need a release
+    fence (MEMBAR), which waits for every load the thread has in flight, the next row's too."""
+    a_row = part_ptr + row * slices
+    b_row = part_ptr + (rows + row) * slices
+    tl.atomic_xchg(a_row + s, _word(a), sem="relaxed")  # performed at L2, where the peers poll
+    if PAIR:
+        tl.atomic_xchg(b_row + s, _word(b), sem="relaxed")
+    k = tl.arange(0, SLICES_P2)
+    mask = k < slices
+    # volatile: every poll reads L2, never this SM's L1; past `slices`, a posted 0
+    wa = tl.load(a_row + k, mask=mask, other=1 << 32, volatile=True)
+    wb = tl.load(b_row + k, mask=mask & PAIR, other=1 << 32, volatile=True)
+    while tl.min((wa & wb) >> 32, axis=0) == 0:
+        wa = tl.load(a_row + k, mask=mask, other=1 << 32, volatile=True)
+        wb = tl.load(b_row + k, mask=mask & PAIR, other=1 << 32, volatile=True)
+    return ((wa & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True),
+            (wb & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True))
+
+
+def split_workspace(rows, slices, device):
+    """The exchange's words of one launch: int64 [2, rows, slices], zeroed (one memset)."""
+    return torch.zeros((2, rows, slices), dtype=torch.int64, device=device)

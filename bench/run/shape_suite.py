@@ -61,12 +61,16 @@ def table_entries(rows: list[dict]) -> list[dispatch_table.Entry]:
 
 def headline_entries(bench_rows: list[dict], skip_ops: set) -> list[dispatch_table.Entry]:
     """For each op not in skip_ops (those the suite measured): per forward headline case and
-    backend, the steps that were right, fastest first, from bench.csv, where every step is timed
+    backend, the steps that were right, fastest first (and, where the backward was timed too, by
+    forward + backward: grad_ranking), from bench.csv, where every step is timed
     at the headlines (a sweep times only the chosen step, so it ranks nothing). Cases that give the
     same problem shape (attention causal or not: causal is a parameter, not an input) keep the first."""
     entries, seen = [], set()
-    ok = [r for r in bench_rows if r["role"] == "headline" and r["direction"] == "forward" and r["status"] == "ok"
-          and r["backend"] in rosetta.BACKENDS and r["op"] not in skip_ops and r["op"] in SPECS]
+    timed = [r for r in bench_rows if r["role"] == "headline" and r["status"] == "ok"
+             and r["backend"] in rosetta.BACKENDS and r["op"] not in skip_ops and r["op"] in SPECS]
+    ok = [r for r in timed if r["direction"] == "forward"]
+    backward = {(r["op"], r["dtype"], r["shape"], r["backend"], r["label"]): float(r["p50_ms"])
+                for r in timed if r["direction"] == "backward"}
     hazardous = {v.label for v in rosetta.variants() if v.hazard}
     cases = sorted({(r["op"], r["dtype"], r["shape"]) for r in ok}, key=lambda c: (c[0], c[1], len(c[2]), c[2]))
     for op, dtype, shape in cases:
@@ -81,8 +85,10 @@ def headline_entries(bench_rows: list[dict], skip_ops: set) -> list[dispatch_tab
             seen.add((op, backend, dtype, problem))
             fastest_first = sorted(mine, key=lambda r: float(r["p50_ms"]))
             ranking = tuple((int(r["step"]), float(r["p50_ms"])) for r in fastest_first)
+            pairs = [(float(r["p50_ms"]) + backward[key], int(r["step"])) for r in mine
+                     if (key := (op, dtype, shape, backend, r["label"])) in backward]
             entries.append(dispatch_table.Entry(op, backend, dtype, problem, layout, ranking, "headline",
-                                                mine[0]["git_sha"]))
+                                                mine[0]["git_sha"], tuple((s, ms) for ms, s in sorted(pairs))))
     return entries
 
 

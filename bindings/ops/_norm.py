@@ -107,7 +107,7 @@ TEST_SHAPES = (
     (1000, 64),  # many short rows: rows per program, warps per row
     (0, 100),  # zero rows: empty outputs, the weight's gradient zero
 )
-CPU_SHAPES = ((1, 1), (3, 7), (4, 1025), (2, 3, 33), (40, 8), (0, 5))
+CPU_SHAPES = ((1, 1), (3, 7), (4, 1025), (2, 3, 33), (40, 8), (0, 5), (3, 4100))  # 4100: past the long-row steps' Min
 
 # The OpSpec fields both norms share
 SHARED = dict(kernel_view=rows_view, views=VIEWS, layout="rows", headlines=HEADLINES, sweep=SWEEP,

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count
+from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count, wait_for_peers
 
 # Register tiles: the longest row one program holds (forward x; backward y and dy): 64 fp32
 # values per thread at 16 warps, ~125 of the 128 registers a thread may have at 512 threads.
@@ -52,15 +52,6 @@ def _claim(sync_ptr, rows, chunks, SPLIT: tl.constexpr):
     else:
         unit = tl.program_id(0)
     return (unit // chunks).to(tl.int64), unit % chunks
-
-
-@triton.jit
-def _wait_for_row(sync_ptr, row, chunks):
-    """Announce this chunk's partial, then spin until every chunk of `row` has announced."""
-    tl.debug_barrier()  # every thread's partial store is ordered before the release below
-    tl.atomic_add(sync_ptr + row, 1, sem="release")
-    while tl.atomic_add(sync_ptr + row, 0, sem="acquire") < chunks:
-        pass
 
 
 @triton.jit
@@ -116,7 +107,7 @@ def softmax_split_kernel(
         d_part = part_ptr + (rows + row) * chunks
         tl.store(m_part + chunk, tl.max(m, axis=0))
         tl.store(d_part + chunk, tl.sum(d, axis=0))
-        _wait_for_row(sync_ptr, row, chunks)
+        wait_for_peers(sync_ptr + row, chunks)
         # .cg: read the partials from L2, where the other SMs' stores are, never from this L1.
         ms = tl.load(m_part + k, mask=k < chunks, other=-float("inf"), cache_modifier=".cg")
         ds = tl.load(d_part + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
@@ -180,7 +171,7 @@ def softmax_split_backward_kernel(
     if SPLIT:
         k = tl.arange(0, CHUNKS_P2)
         tl.store(part_ptr + row * chunks + chunk, tl.sum(dot, axis=0))
-        _wait_for_row(sync_ptr, row, chunks)
+        wait_for_peers(sync_ptr + row, chunks)
         parts = tl.load(part_ptr + row * chunks + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
         dot = tl.zeros([ROWS], tl.float32) + tl.sum(parts, axis=0)
     if ONE_TILE:

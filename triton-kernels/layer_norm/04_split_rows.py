@@ -1,0 +1,187 @@
+"""
+Step 4 — long rows split across a group of programs that meet through L2
+Changed:  rms_norm step 4's split: a row cut into slices of 4,096 columns (fp32: 2,048), program
+          s of a group of consecutive programs holding slice s of every row the group does, in
+          registers, for the whole launch; per row the group exchanges partial sums through L2
+          (norm_common.share: publish, arrive, spin, add in slice order), the next row's slice
+          in flight through the wait. Forward: each slice publishes its mean and its sum of
+          squared deviations from that mean, and every program merges them exactly (Chan:
+          M2 = sum of M2_s + n_s (mean_s - mean)^2), so the variance never forms E[x^2] - E[x]^2.
+          Backward: the slices' sums of g = dy*w and of g*xhat; dweight's and dbias's sums for
+          the program's columns stay in registers across the launch, one partial row each a
+          group, summed in a fixed order by a second kernel.
+Why:      step 3 streams a long row in chunks, reading each chunk again from L2 and
+          read-modify-writing two fp32 partial rows there for every row: 699 GB/s backward at
+          4,096 x 32,768 (bf16) where CUDA step 3, its row across a cluster, reached 2,197, and
+          below torch's own 1,149. Here x and dy are read once. Predicted: 4,096 x 32,768
+          backward ~2,400 GB/s (LayerNorm's backward has twice RMSNorm's partials and one more
+          register sum: a little below rms_norm step 4), forward ~2,850; rows of 4,096-8,192
+          about step 3 (one or two slices).
+Still:    a program waits for its slowest peer on every row, and the exchange is an L2 round
+          trip where a cluster's is a DSMEM one. Under TRITON_INTERPRET=1 programs run one after
+          another and cannot wait: there the slice is the whole row, and only a GPU runs the
+          exchange. The arrival counters take a memset a call.
+Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536. Every
+          program of the grid must be resident at once: other work holding SMs (another stream,
+          MPS) makes the groups wait for it. Workspace: 8 bytes a slice a row, 4 a row, and
+          2 x groups x cols fp32 (backward).
+Layout:   rows
+Min:      cols >= 4096
+Max:      cols <= 65536
+Mirrors:  CUDA step 3 (a long row across a cluster's CTAs, the sums through DSMEM), with L2 and
+          an arrival counter in place of DSMEM and the cluster barrier
+"""
+import triton
+import triton.language as tl
+from torch.library import wrap_triton
+
+from rosetta.triton_kernels.common import next_power_of_2
+from rosetta.triton_kernels.norm_common import empty_partials, share, split_kernel, split_plan, split_workspace, \
+    sum_partials
+
+
+@triton.jit
+def layer_norm_forward_kernel(
+    x_ptr,  # input, rows x cols, unit column stride
+    w_ptr,  # weight, (cols,)
+    b_ptr,  # bias, (cols,)
+    y_ptr,  # output, contiguous rows x cols
+    mean_ptr,  # fp32 (rows,), saved for the backward
+    rstd_ptr,  # fp32 (rows,), saved for the backward
+    part_ptr,  # int64 [2, rows, slices], zeroed: posted words (norm_common.share), each slice's mean, then its sum of squared deviations
+    rows,
+    cols,
+    x_row_stride,
+    eps,
+    slices,  # programs a row (a group)
+    SLICE: tl.constexpr,  # columns a program
+    SLICES_P2: tl.constexpr,  # next_power_of_2(slices)
+):
+    pid = tl.program_id(0)
+    s = pid % slices
+    groups = tl.num_programs(0) // slices
+    c = s * SLICE + tl.arange(0, SLICE)
+    c_mask = c < cols
+    n = tl.minimum(cols - s * SLICE, SLICE).to(tl.float32)  # this slice's columns
+    k = tl.arange(0, SLICES_P2)
+    n_k = tl.minimum(tl.maximum(cols - k * SLICE, 0), SLICE).to(tl.float32)  # each slice's (0 past the last)
+    w = tl.load(w_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
+    first = (pid // slices).to(tl.int64)  # 64-bit: row * stride passes 2^31 on big inputs
+    # Two rows ahead, kept packed: the loads in flight through a row's wait are all that keeps
+    # DRAM busy while a program waits, and the forward has the registers for two rows of them.
+    x = tl.load(x_ptr + first * x_row_stride + c, mask=c_mask, other=0.0)
+    x_next = tl.load(x_ptr + (first + groups) * x_row_stride + c, mask=c_mask & (first + groups < rows), other=0.0)
+    for row in range(first, rows, groups):
+        ahead = row + 2 * groups
+        x_ahead = tl.load(x_ptr + ahead * x_row_stride + c, mask=c_mask & (ahead < rows), other=0.0)
+        xf = x.to(tl.float32)
+        mean = tl.sum(xf, axis=0) / n
+        xc = tl.where(c_mask, xf - mean, 0.0)  # padding: 0, not -mean
+        m2 = tl.sum(xc * xc, axis=0)
+        if slices > 1:
+            means, m2s = share(part_ptr, row, rows, s, slices, mean, m2, SLICES_P2, True)
+            mean_s = mean
+            mean = tl.sum(n_k * means, axis=0) / cols
+            dm = means - mean
+            m2 = tl.sum(m2s + n_k * dm * dm, axis=0)  # Chan's merge, in slice order
+            xc = tl.where(c_mask, xc + (mean_s - mean), 0.0)  # x - the row's mean
+        rstd = tl.rsqrt(m2 / cols + eps)
+        tl.store(y_ptr + row * cols + c, (xc * rstd * w + b).to(y_ptr.dtype.element_ty), mask=c_mask)
+        if s == 0:
+            tl.store(mean_ptr + row, mean)
+            tl.store(rstd_ptr + row, rstd)
+        x = x_next
+        x_next = x_ahead
+
+
+@triton.jit
+def layer_norm_backward_kernel(
+    x_ptr,  # forward input, rows x cols, unit column stride
+    w_ptr,  # weight, (cols,)
+    mean_ptr,  # fp32 (rows,), from the forward
+    rstd_ptr,  # fp32 (rows,), from the forward
+    dy_ptr,  # gradient of y, rows x cols, unit column stride
+    dx_ptr,  # gradient of x, contiguous rows x cols
+    partial_ptr,  # fp32 (2, groups, cols): group g's sums of dy*xhat (dweight), then of dy (dbias)
+    part_ptr,  # int64 [2, rows, slices], zeroed: posted words (norm_common.share), each slice's sum of g, then of g*xhat
+    rows,
+    cols,
+    x_row_stride,
+    dy_row_stride,
+    slices,
+    SLICE: tl.constexpr,
+    SLICES_P2: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    s = pid % slices
+    group = pid // slices
+    groups = tl.num_programs(0) // slices
+    c = s * SLICE + tl.arange(0, SLICE)
+    c_mask = c < cols
+    dw = tl.zeros([SLICE], tl.float32)  # sums over the group's rows, these columns
+    db = tl.zeros([SLICE], tl.float32)
+    first = group.to(tl.int64)
+    x = tl.load(x_ptr + first * x_row_stride + c, mask=c_mask, other=0.0)
+    dy = tl.load(dy_ptr + first * dy_row_stride + c, mask=c_mask, other=0.0)
+    mean = tl.load(mean_ptr + first)
+    rstd = tl.load(rstd_ptr + first)
+    for row in range(first, rows, groups):
+        # the next row's slices and statistics, in flight through this row's wait (a statistic
+        # loaded when needed would put a memory round trip on every row's critical path)
+        nxt = row + groups
+        n_mask = c_mask & (nxt < rows)
+        x_next = tl.load(x_ptr + nxt * x_row_stride + c, mask=n_mask, other=0.0)
+        dy_next = tl.load(dy_ptr + nxt * dy_row_stride + c, mask=n_mask, other=0.0)
+        mean_next = tl.load(mean_ptr + nxt, mask=nxt < rows, other=0.0)
+        rstd_next = tl.load(rstd_ptr + nxt, mask=nxt < rows, other=0.0)
+        xhat = tl.where(c_mask, (x.to(tl.float32) - mean) * rstd, 0.0)  # padding: 0 (x - mean is not)
+        dyf = dy.to(tl.float32)
+        # the weight's slice again each row, from L1: held across the loop it was 16 more
+        # registers a thread, and ptxas spilled at the 128 the grid allows
+        g = dyf * tl.load(w_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
+        sum_g = tl.sum(g, axis=0)
+        sum_gx = tl.sum(g * xhat, axis=0)
+        if slices > 1:
+            gs, gxs = share(part_ptr, row, rows, s, slices, sum_g, sum_gx, SLICES_P2, True)
+            sum_g = tl.sum(gs, axis=0)
+            sum_gx = tl.sum(gxs, axis=0)
+        dx = rstd * (g - (sum_g + xhat * sum_gx) / cols)
+        tl.store(dx_ptr + row * cols + c, dx.to(dx_ptr.dtype.element_ty), mask=c_mask)
+        dw += dyf * xhat
+        db += dyf
+        x = x_next
+        dy = dy_next
+        mean = mean_next
+        rstd = rstd_next
+    p = partial_ptr + group.to(tl.int64) * cols + c
+    tl.store(p, dw, mask=c_mask)
+    tl.store(p + groups.to(tl.int64) * cols, db, mask=c_mask)
+
+
+def launch(x, weight, bias, y, mean, rstd, eps):
+    rows, cols = x.shape
+    if rows == 0 or cols == 0:
+        return
+    width, warps, per_sm, slices, groups = split_plan(x.device, int(rows), int(cols), x.element_size())
+    part = split_workspace(rows, slices, x.device)
+    wrap_triton(split_kernel(layer_norm_forward_kernel, warps, per_sm))[(groups * slices,)](
+        x, weight, bias, y, mean, rstd, part, rows, cols, x.stride(0), eps, slices, SLICE=width,
+        SLICES_P2=next_power_of_2(slices))
+
+
+def launch_backward(x, weight, mean, rstd, dy, dx, dweight, dbias):
+    rows, cols = x.shape
+    if cols == 0:
+        return
+    if rows == 0:
+        dweight.zero_()  # sums over no rows
+        dbias.zero_()
+        return
+    width, warps, per_sm, slices, groups = split_plan(x.device, int(rows), int(cols), x.element_size())
+    part = split_workspace(rows, slices, x.device)
+    partial = empty_partials(2, groups, cols, x.device)
+    wrap_triton(split_kernel(layer_norm_backward_kernel, warps, per_sm))[(groups * slices,)](
+        x, weight, mean, rstd, dy, dx, partial, part, rows, cols, x.stride(0), dy.stride(0), slices,
+        SLICE=width, SLICES_P2=next_power_of_2(slices))
+    sum_partials(partial, dweight, dbias)
