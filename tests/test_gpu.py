@@ -197,11 +197,16 @@ def test_declared_limit_raises_naming_the_steps_that_take_it(gen, v, quantity, r
 
 def fitting_inputs(v, shapes, dtype, gen, grad=False):
     """Inputs of the first of `shapes` that the step takes (with a gradient to take, if `grad`)."""
+    return fitting_case(v, shapes, dtype, gen, grad)[1]
+
+
+def fitting_case(v, shapes, dtype, gen, grad=False):
+    """(shape, inputs) of the first of `shapes` that the step takes."""
     for shape in shapes:
         inputs = make_inputs(v.op, shape, dtype, GPU, gen)
         inputs = tuple(t.requires_grad_() for t in inputs) if grad else inputs
         if fits(v, inputs):
-            return inputs
+            return shape, inputs
     pytest.fail(f"{v.label} takes none of {shapes}")
 
 
@@ -288,9 +293,10 @@ FULL_CHECKS = QUICK_CHECKS + ("test_aot_dispatch_dynamic",)
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
 def test_opcheck(gen, v):
     dtype = v.dtypes[0]
-    shapes = {"softmax": [(7, 33), (2, 32768)], "matmul": [(24, 16, 8), (8, 1, 8)]}.get(v.op, [SPECS[v.op].test_shapes[2]])
-    inputs = fitting_inputs(v, shapes, dtype, gen, grad=bool(SPECS[v.op].autograd))
-    shape = tuple(inputs[0].shape) if v.op == "softmax" else shapes[0]
+    test_shapes = SPECS[v.op].test_shapes  # the third, else the first non-empty one the step takes
+    shapes = {"softmax": [(7, 33), (2, 32768)], "matmul": [(24, 16, 8), (8, 1, 8)]}.get(
+        v.op, [test_shapes[2], *(s for s in test_shapes if 0 not in s)])
+    shape, inputs = fitting_case(v, shapes, dtype, gen, grad=bool(SPECS[v.op].autograd))
     inputs = tuple(t.detach() for t in inputs)
     v(*inputs)  # registers the ops
     if SPECS[v.op].autograd:
