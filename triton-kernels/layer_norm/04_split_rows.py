@@ -1,35 +1,39 @@
 """
 Step 4 — long rows split across a group of programs that meet through L2
-Changed:  rms_norm step 4's split: a row cut into slices of 4,096 columns (fp32: 2,048), program
-          s of a group of consecutive programs holding slice s of every row the group does, in
-          registers, for the whole launch; per row the group exchanges partial sums through L2
-          (norm_common.share: publish, arrive, spin, add in slice order), the next row's slice
-          in flight through the wait. Forward: each slice publishes its mean and its sum of
-          squared deviations from that mean, and every program merges them exactly (Chan:
-          M2 = sum of M2_s + n_s (mean_s - mean)^2), so the variance never forms E[x^2] - E[x]^2.
-          Backward: the slices' sums of g = dy*w and of g*xhat; dweight's and dbias's sums for
-          the program's columns stay in registers across the launch, one partial row each a
-          group, summed in a fixed order by a second kernel.
+Changed:  rms_norm step 4's split: a long row cut into slices, program s of a group of
+          consecutive programs holding slice s of every row the group does, in registers, for
+          the whole launch; per row the group exchanges partial sums through L2 as posted 64-bit
+          words (norm_common.share: post, poll, add in slice order), the next row's slices (and,
+          backward, its mean and rstd) in flight through the wait. Forward: each slice posts its
+          mean and its sum of squared deviations from that mean, and every program merges them
+          exactly (Chan: M2 = sum of M2_s + n_s (mean_s - mean)^2), so the variance never forms
+          E[x^2] - E[x]^2. Backward: the slices' sums of g = dy*w and of g*xhat; dweight's and
+          dbias's sums for the program's columns stay in registers across the launch, one
+          partial row each a group, summed in a fixed order by a second kernel. The weight's
+          slice is reloaded each row (from L1): held, it was 16 registers a thread too many.
 Why:      step 3 streams a long row in chunks, reading each chunk again from L2 and
           read-modify-writing two fp32 partial rows there for every row: 699 GB/s backward at
           4,096 x 32,768 (bf16) where CUDA step 3, its row across a cluster, reached 2,197, and
-          below torch's own 1,149. Here x and dy are read once. Predicted: 4,096 x 32,768
-          backward ~2,400 GB/s (LayerNorm's backward has twice RMSNorm's partials and one more
-          register sum: a little below rms_norm step 4), forward ~2,850; rows of 4,096-8,192
-          about step 3 (one or two slices).
-Still:    a program waits for its slowest peer on every row, and the exchange is an L2 round
-          trip where a cluster's is a DSMEM one. Under TRITON_INTERPRET=1 programs run one after
-          another and cannot wait: there the slice is the whole row, and only a GPU runs the
-          exchange. The arrival counters take a memset a call.
+          below torch's own 1,149. Here x and dy are read once. The first version loaded a row's
+          mean and rstd when it needed them: a memory round trip on every row's critical path
+          (2,084 GB/s at 4,096 x 32,768, against 2,231 with them prefetched). Predicted: 4,096 x
+          32,768 backward ~2,400 GB/s (twice RMSNorm's posted words and one more register sum: a
+          little below rms_norm step 4), forward ~2,850; rows of 4,096-8,192 about step 3.
+Still:    a program waits for its slowest peer on every row, an L2 round trip where a cluster's
+          exchange is a DSMEM one; the backward's tile fills the 128 registers the grid allows
+          (ptxas spills 8 bytes, three loop-invariant words). The forward gains nothing over
+          step 3, whose program holds the whole row. Under TRITON_INTERPRET=1 programs run one
+          after another and cannot wait: there the slice is the whole row, and only a GPU runs
+          the exchange. The posted words take a memset a call.
 Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536. Every
-          program of the grid must be resident at once: other work holding SMs (another stream,
-          MPS) makes the groups wait for it. Workspace: 8 bytes a slice a row, 4 a row, and
-          2 x groups x cols fp32 (backward).
+          program of the grid must be resident at once (registers capped for it): other work
+          holding SMs (another stream, MPS) makes the groups wait for it, and hangs them if it
+          never ends. Workspace: 16 bytes a slice a row, and 2 x groups x cols fp32 (backward).
 Layout:   rows
 Min:      cols >= 4096
 Max:      cols <= 65536
 Mirrors:  CUDA step 3 (a long row across a cluster's CTAs, the sums through DSMEM), with L2 and
-          an arrival counter in place of DSMEM and the cluster barrier
+          posted words in place of DSMEM and the cluster barrier
 """
 import triton
 import triton.language as tl

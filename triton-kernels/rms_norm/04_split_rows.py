@@ -1,35 +1,44 @@
 """
 Step 4 — long rows split across a group of programs that meet through L2
-Changed:  a row is cut into slices of 4,096 columns (fp32: 2,048), and a group of consecutive
-          programs shares each of its rows, program s holding slice s of every row the group
-          does, in registers, for the whole launch. Per row each program publishes its slice's
-          partial sum (forward: of x^2; backward: of dy*w*x), bumps the row's arrival counter,
-          spins until the group has arrived (norm_common.share) and adds the partials in slice
-          order; the next row's slice is loaded before the wait, so the loads stay in flight
-          through it. The backward's dweight sum for the program's columns stays in registers
-          across the launch and becomes one partial row per group, summed by a second kernel in a
-          fixed order. The grid (SMs x 2 programs, 8 warps each) is a host table, not a tuner.
+Changed:  a long row is cut into slices, and a group of consecutive programs shares each of its
+          rows, program s holding slice s of every row the group does, in registers, for the
+          whole launch. Per row each program posts its slice's partial sum (forward: of x^2;
+          backward: of dy*w*x) as a 64-bit word, the fp32 bits with a "posted" flag above them
+          (one relaxed atomic exchange, done at L2), polls its peers' words with volatile loads
+          until all are posted, and adds them in slice order (norm_common.share). The next row's
+          slices are loaded before the wait (the forward's two rows ahead), so the loads stay in
+          flight through it. The backward's dweight sum for the program's columns stays in
+          registers across the launch: one partial row per group, summed in a fixed order by a
+          second kernel. The grid is a host table (norm_common.split_plan), not a tuner: rows up
+          to 16 KB stay whole in one program (16 values a thread and tensor, fp32 8, 16 warps an
+          SM), longer ones split into slices of 2,048 at 4 warps, 4 programs an SM.
 Why:      step 3 streams a row of 32,768 columns in chunks, twice: pass 2 reads each chunk again
           from L2 and read-modify-writes its fp32 partial row there, ~18 bytes of L2 traffic an
-          element against 6 from DRAM, and measured 1,152 GB/s (bf16, 4,096 x 32,768) where CUDA
-          step 3, whose row spans a cluster's registers, reached 2,768. Here every byte of x and
-          dy is read once, and a program's registers hold 16 values a tensor, as at 4,096
-          columns. Predicted: 4,096 x 32,768 backward ~2,600 GB/s (the CUDA cluster's figure less
-          the exchange, one L2 round trip a row, hidden behind the next row's loads), forward
-          ~2,900 (step 3: 2,980, its row in one program); rows of 4,096-8,192 about step 3.
-Still:    a program waits for its slowest peer on every row, and the exchange is an L2 round
-          trip (~1 us) where a cluster's is a DSMEM one. Under TRITON_INTERPRET=1 programs run
-          one after another and cannot wait: there the slice is the whole row, and only a GPU
-          runs the exchange. The arrival counters take a memset a call.
-Limits:   rows of 4,096 columns and more (shorter rows are step 3's: one slice, nothing to
-          split); at most 65,536 (16 slices, 32 fp32). Every program of the grid must be resident
-          at once: other work holding SMs (another stream, MPS) makes the groups wait for it.
-          Workspace: 8 bytes a slice a row, 4 a row, and groups x cols fp32 (backward).
+          element against 6 from DRAM: 1,150 GB/s backward (bf16, 4,096 x 32,768), where CUDA
+          step 3, its row across a cluster's registers, reached 2,768. A row split over programs
+          is read once, and the program's registers hold 16 values a tensor at any row length.
+          The flag rides in the value's own word because a counter bumped after the values needs
+          a release, and the SASS of that version had a MEMBAR.ALL.GPU, which waits for every
+          load the thread has in flight: the next row's prefetch, on every row. Slices measured
+          on H100 (bf16, backward GB/s at 4,096 x 32,768 / 16,384 x 8,192): 2,048 at 4 programs
+          an SM 2,717 / 2,796; 4,096 at 2: 2,636 / 2,806; 8,192 at 1: 2,499 / 2,945 (8,192 is one
+          slice there: no wait). Predicted: 4,096 x 32,768 backward ~2,600 GB/s (the CUDA cluster's
+          figure less one L2 round trip a row, hidden behind the next row's loads), forward ~2,900.
+Still:    a program waits for its slowest peer on every row, an L2 round trip where a cluster's
+          exchange is a DSMEM one. The forward gains nothing: step 3 already holds a 64 KB row in
+          one program's registers, so the split only adds the wait. Under TRITON_INTERPRET=1
+          programs run one after another and cannot wait: there the slice is the whole row, and
+          only a GPU runs the exchange. The posted words take a memset a call.
+Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536 (32 slices).
+          Every program of the grid must be resident at once (registers capped for it, maxnreg):
+          other work holding SMs (another stream, MPS, a green context) makes the groups wait
+          for it, and hangs them if it never ends. ptxas -v, sm_90a: no spills, 56-128 registers
+          a thread. Workspace: 16 bytes a slice a row, and groups x cols fp32 (backward).
 Layout:   rows
 Min:      cols >= 4096
 Max:      cols <= 65536
 Mirrors:  CUDA step 3 (a long row across a cluster's CTAs, the sums through DSMEM), with L2 and
-          an arrival counter in place of DSMEM and the cluster barrier
+          posted words in place of DSMEM and the cluster barrier
 """
 import triton
 import triton.language as tl
