@@ -210,6 +210,24 @@ def fitting_case(v, shapes, dtype, gen, grad=False):
     pytest.fail(f"{v.label} takes none of {shapes}")
 
 
+# ---- the norms' parameter gradients: a fixed summation order ------------------------------------
+NORMS = [v for v in VARIANTS if v.op in ("rms_norm", "layer_norm")]
+
+
+@pytest.mark.parametrize("v", NORMS, ids=lambda v: v.label)
+def test_norm_backward_gives_the_same_bits_every_call(gen, v):
+    """dweight (and dbias) are sums over rows that every step adds in a fixed order (partial rows,
+    no atomics; the split-row steps add their slices' partials in slice order), so a repeated
+    call gives the same bits. Rows of 4,097 and 32,768 columns: step 4 splits the latter."""
+    for shape in ((300, 4097), (129, 32768)):
+        inputs = make_inputs(v.op, shape, torch.bfloat16, GPU, gen, "backward")
+        if not fits(v, inputs):
+            continue
+        first, again = as_tuple(v.backward(*inputs)), as_tuple(v.backward(*inputs))
+        for a, b in zip(first, again):
+            assert torch.equal(a, b), f"{v.label} backward at {shape}: two calls differ"
+
+
 # ---- autograd, torch.compile, opcheck -----------------------------------------------------------
 DIFFERENTIABLE = [v for v in VARIANTS if SPECS[v.op].autograd]
 
