@@ -32,7 +32,7 @@ Why:      step 2's program loads a tile, reduces it twice (the row's dot, then d
           much partial: ~34 MB).
 Still:    long rows are bound by that L2 traffic (~18 B an element through L2 against 6 from
           DRAM), not by DRAM: CUDA step 3 splits the row across a cluster instead, which Triton
-          does not expose. The partials and their second launch remain (~1-3 us). The grid's
+          does not expose; step 4 splits it across programs that meet through L2. The partials and their second launch remain (~1-3 us). The grid's
           size is a config, so the bits of dweight are fixed per (shape, chosen config), as in
           step 2. Nothing pipelines the chunked passes beyond what the other programs hide.
 Limits:   no row limit (step 2's 65,536 is gone). ptxas -v, sm_90a: all 154 backward configs
