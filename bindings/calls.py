@@ -66,7 +66,7 @@ def registered_call(op: str, backend: str, step: int | None, inputs: tuple, para
     """The path tracing sees: choose, check, then the step's registered torch op."""
     dtype = getattr(inputs[0], "dtype", None) if inputs else None
     if step is None and torch.compiler.is_compiling() and all(isinstance(t, torch.Tensor) for t in inputs):
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+        grad = dispatch.takes_grad(inputs)
         step = traced_choice(op, backend, dtype, tuple(tuple(t.shape) for t in inputs),
                              tuple(t.stride() for t in inputs), str(inputs[0].device), grad)
     return public(op, dispatch.run(registry.select(op, backend, step, dtype, inputs), "forward", inputs, params))

@@ -33,12 +33,17 @@ def exceeded(v: Step, inputs: tuple) -> list[tuple[str, str, int, int]]:
             + [(q, ">=", limit, value) for q, limit in v.minimums if (value := bounds[q](*inputs)) < limit])
 
 
+def takes_grad(inputs: tuple) -> bool:
+    """Whether a call on these inputs will take a gradient (its step's backward runs too)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+
+
 def bounded(v: Step, inputs: tuple) -> list[tuple[str, str, int, int, str]]:
     """exceeded() of the inputs, and with a gradient to take also of the backward's inputs as the
     forward's shape them (its kernels must take them too), each marked with its direction."""
     found = [(*b, "") for b in exceeded(v, inputs)]
     spec = SPECS[v.op]
-    if spec.backward_inputs and torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+    if spec.backward_inputs and takes_grad(inputs):
         found += [(*b, " in its backward") for b in exceeded(v, spec.backward_inputs(*inputs))]
     return found
 

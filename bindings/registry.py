@@ -132,7 +132,7 @@ def decide(op: str, backend: str, dtype=None, inputs: tuple = (), device=None) -
     entry, dist, same_layout = found
     ladder = {v.step: v for v in _ladder(op, backend)}
     # a gradient to take: the step's backward runs too, so rank by forward + backward where timed
-    grad = bool(entry.grad_ranking) and torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+    grad = bool(entry.grad_ranking) and dispatch.takes_grad(inputs)
     ranking = entry.grad_ranking if grad else entry.ranking
     alternatives = tuple((s, ms, s in ladder and dispatch.fits(ladder[s], inputs)) for s, ms in ranking)
     chosen = next((ladder[s] for s, _, fits in alternatives if fits), None)

@@ -195,19 +195,22 @@ def test_declared_limit_raises_naming_the_steps_that_take_it(gen, v, quantity, r
         v(*inputs)
 
 
-def fitting_inputs(v, shapes, dtype, gen, grad=False):
-    """Inputs of the first of `shapes` that the step takes (with a gradient to take, if `grad`)."""
-    return fitting_case(v, shapes, dtype, gen, grad)[1]
-
-
 def fitting_case(v, shapes, dtype, gen, grad=False):
-    """(shape, inputs) of the first of `shapes` that the step takes."""
+    """(shape, inputs) of the first of `shapes` that the step takes (with a gradient to take, if
+    `grad`)."""
     for shape in shapes:
         inputs = make_inputs(v.op, shape, dtype, GPU, gen)
         inputs = tuple(t.requires_grad_() for t in inputs) if grad else inputs
         if fits(v, inputs):
             return shape, inputs
     pytest.fail(f"{v.label} takes none of {shapes}")
+
+
+def test_shapes_from(op, first):
+    """The op's test shape `first`, then every non-empty one: a step with a `Min:` line (the norms'
+    long-row steps) takes the first of them it fits."""
+    shapes = SPECS[op].test_shapes
+    return [shapes[first], *(s for s in shapes if 0 not in s)]
 
 
 # ---- the norms' parameter gradients: a fixed summation order ------------------------------------
@@ -238,12 +241,10 @@ def test_autograd_runs_the_same_step(gen, v):
     dtype = v.dtypes[0]
     # matmul: rows TMA can read, else K = 1, whose backward products the small-M steps take
     # (dA = dC @ B^T with B^T a single column, dB = A^T @ dC with one row); softmax: short rows,
-    # else the long ones steps 6-8 are meant for; other ops: the fourth test shape, else the first
-    # non-empty one the step takes (the norms' long-row steps)
-    test_shapes = SPECS[v.op].test_shapes
+    # else the long ones steps 6-8 are meant for; other ops: the fourth test shape first
     shapes = {"softmax": [(37, 777), (5, 50000), (3, 32768)],
-              "matmul": [(64, 128, 48), (8, 1, 8)]}.get(v.op, [test_shapes[3], *(s for s in test_shapes if 0 not in s)])
-    inputs = list(fitting_inputs(v, shapes, dtype, gen, grad=True))
+              "matmul": [(64, 128, 48), (8, 1, 8)]}.get(v.op) or test_shapes_from(v.op, 3)
+    inputs = list(fitting_case(v, shapes, dtype, gen, grad=True)[1])
     out = as_tuple(v(*inputs))[0]  # the first output (saved statistics have no gradient)
     grad = torch.randn(out.shape, device=GPU, generator=gen).to(dtype)
     got = torch.autograd.grad(out, inputs, grad)
@@ -311,9 +312,8 @@ FULL_CHECKS = QUICK_CHECKS + ("test_aot_dispatch_dynamic",)
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
 def test_opcheck(gen, v):
     dtype = v.dtypes[0]
-    test_shapes = SPECS[v.op].test_shapes  # the third, else the first non-empty one the step takes
-    shapes = {"softmax": [(7, 33), (2, 32768)], "matmul": [(24, 16, 8), (8, 1, 8)]}.get(
-        v.op, [test_shapes[2], *(s for s in test_shapes if 0 not in s)])
+    shapes = {"softmax": [(7, 33), (2, 32768)], "matmul": [(24, 16, 8), (8, 1, 8)]}.get(v.op) \
+        or test_shapes_from(v.op, 2)
     shape, inputs = fitting_case(v, shapes, dtype, gen, grad=bool(SPECS[v.op].autograd))
     inputs = tuple(t.detach() for t in inputs)
     v(*inputs)  # registers the ops
