@@ -73,13 +73,14 @@ def _bounds(h, cols, V: tl.constexpr, WINDOW: tl.constexpr):
 
 
 @triton.jit
-def _edges(h, cols, body_lo, body_hi, first, last, live, V: tl.constexpr):
-    """The row's two partial groups inside window positions [first, last): [ROWS, 2V] positions
-    and their mask (the row's own elements outside the body)."""
-    j = tl.arange(0, 2 * V)[None, :]
+def _edges(h, cols, body_lo, body_hi, first, last, live, V: tl.constexpr, LANES: tl.constexpr):
+    """The row's two partial groups (the lanes of its ends outside the body) that lie in window
+    positions [first, last): [ROWS, LANES] positions and their mask, lanes 2V on masked off
+    (LANES: a lane a thread, so the 2V elements are not copied to every warp)."""
+    j = tl.arange(0, LANES)[None, :]
     tail = tl.maximum(body_hi, body_lo)[:, None]  # a row inside one group: its head group holds it
     q = tl.where(j < V, body_lo[:, None] - V + j, tail + j - V)
-    keep = (q >= h[:, None]) & (q < h[:, None] + cols) & (q >= first) & (q < last) & live[:, None]
+    keep = (q >= h[:, None]) & (q < h[:, None] + cols) & (q >= first) & (q < last) & live[:, None] & (j < 2 * V)
     return q, keep
 
 
@@ -102,6 +103,8 @@ def softmax_window_kernel(
     CHUNKS_P2: tl.constexpr,  # next_power_of_2(chunks)
     V: tl.constexpr,  # elements per 16 bytes
     WINDOW: tl.constexpr,  # x and the output share each row's window (host check)
+    EDGES: tl.constexpr,  # some row has a partial group at an end (window_of)
+    EDGE_LANES: tl.constexpr,  # lanes of the edge tile: max(2V, threads / ROWS)
 ):
     row, chunk = _claim(sync_ptr, rows, chunks, SPLIT)
     r = row * ROWS + tl.arange(0, ROWS)  # 64-bit: r * stride passes 2^31 on big inputs
@@ -114,6 +117,9 @@ def softmax_window_kernel(
     first = chunk * chunk_len
     q = first + tl.arange(0, BLOCK)[None, :]
     lo, hi = h[:, None], h[:, None] + cols
+    if EDGES:  # the ends' partial groups, element by element, loaded beside the tile (no later round trip)
+        q_edge, edge = _edges(h, cols, body_lo, body_hi, first, first + chunk_len, live, V, EDGE_LANES)
+        x_edge = tl.load(x_rows + q_edge, mask=edge, other=0.0).to(tl.float32)
     if ONE_TILE:
         # whole groups in (the mask is constant over each: vector loads), then the row's own lanes
         load = live[:, None] & (q < reach[:, None])
@@ -161,11 +167,9 @@ def softmax_window_kernel(
             y = tl.exp(x - shift[:, None]) * scale[:, None]
             keep = (qs >= body_lo[:, None]) & (qs < body_hi[:, None]) & live[:, None]
             tl.store(out_rows + qs, y.to(out_ptr.dtype.element_ty), mask=keep)
-    if WINDOW:  # the partial groups at the row's ends, element by element
-        qe, keep = _edges(h, cols, body_lo, body_hi, first, first + chunk_len, live, V)
-        x = tl.load(x_rows + qe, mask=keep, other=0.0).to(tl.float32)
-        y = tl.exp(x - shift[:, None]) * scale[:, None]
-        tl.store(out_rows + qe, y.to(out_ptr.dtype.element_ty), mask=keep)
+    if EDGES:
+        y_edge = tl.exp(x_edge - shift[:, None]) * scale[:, None]
+        tl.store(out_rows + q_edge, y_edge.to(out_ptr.dtype.element_ty), mask=edge)
 
 
 @triton.jit
@@ -189,6 +193,8 @@ def softmax_window_backward_kernel(
     CHUNKS_P2: tl.constexpr,
     V: tl.constexpr,
     WINDOW: tl.constexpr,  # y, dy and dx share each row's window
+    EDGES: tl.constexpr,
+    EDGE_LANES: tl.constexpr,
     EVICT: tl.constexpr,  # the L2 policy of the single-tile path's y and dy loads (step 4's l2_policy)
 ):
     row, chunk = _claim(sync_ptr, rows, chunks, SPLIT)
@@ -204,6 +210,10 @@ def softmax_window_backward_kernel(
     first = chunk * chunk_len
     q = first + tl.arange(0, BLOCK)[None, :]
     lo, hi = h[:, None], h[:, None] + cols
+    if EDGES:
+        q_edge, edge = _edges(h, cols, body_lo, body_hi, first, first + chunk_len, live, V, EDGE_LANES)
+        y_edge = tl.load(y_rows + q_edge, mask=edge, other=0.0).to(tl.float32)
+        dy_edge = tl.load(dy_rows + q_edge, mask=edge, other=0.0).to(tl.float32)
     if ONE_TILE:
         load = live[:, None] & (q < reach[:, None])
         inside = (q >= lo) & (q < hi)  # lanes of other rows may hold inf: zero both factors
@@ -236,27 +246,25 @@ def softmax_window_backward_kernel(
             dy = tl.load(dy_rows + qs, mask=load, other=0.0).to(tl.float32)
             keep = (qs >= body_lo[:, None]) & (qs < body_hi[:, None]) & live[:, None]
             tl.store(dx_rows + qs, (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty), mask=keep)
-    if WINDOW:
-        qe, keep = _edges(h, cols, body_lo, body_hi, first, first + chunk_len, live, V)
-        y = tl.load(y_rows + qe, mask=keep, other=0.0).to(tl.float32)
-        dy = tl.load(dy_rows + qe, mask=keep, other=0.0).to(tl.float32)
-        tl.store(dx_rows + qe, (y * (dy - dot[:, None])).to(dx_ptr.dtype.element_ty), mask=keep)
+    if EDGES:
+        tl.store(dx_rows + q_edge, (y_edge * (dy_edge - dot[:, None])).to(dx_ptr.dtype.element_ty), mask=edge)
 
 
 def window_of(out, *inputs):
-    """(mis, WINDOW, span): the window's offset (elements past a 16-byte boundary) and whether
-    every tensor's row r starts at the same place in its window: the same offset below their
-    pointers and row strides equal modulo V (the output's stride is cols). span: the window
-    positions a row may take (cols + V - 1 when some row starts inside a group)."""
+    """(mis, WINDOW, EDGES, span): the window's offset (elements past a 16-byte boundary);
+    whether every tensor's row r starts at the same place in its window (the same offset below
+    their pointers, row strides equal modulo V; the output's stride is cols); whether some row
+    starts or ends inside a group; the window positions a row may take (span: cols + V - 1 when
+    some row starts inside a group)."""
     size, rows, cols = out.element_size(), out.shape[0], out.shape[1]
     v = 16 // size
     mis = out.data_ptr() % 16 // size
     same = all(t.data_ptr() % 16 == out.data_ptr() % 16 and (rows == 1 or (t.stride(0) - cols) % v == 0)
                for t in inputs)
     if not same or cols < v:  # no whole group to gain
-        return 0, False, cols
+        return 0, False, False, cols
     shifted = mis != 0 or (rows > 1 and cols % v != 0)
-    return mis, True, cols + (v - 1 if shifted else 0)
+    return mis, True, shifted or cols % v != 0, cols + (v - 1 if shifted else 0)
 
 
 def l2_policy(rows, cols, x):
@@ -293,6 +301,12 @@ def plan(rows, span, tensors, x):
     return (rows * chunks,), chunks, chunk_len, meta
 
 
+def with_edges(meta, edges, v):
+    """The launch's constexprs with EDGES and the edge tile's lanes (one a thread)."""
+    lanes = max(2 * v, next_power_of_2(32 * meta["num_warps"] // meta["ROWS"]))
+    return dict(meta, V=v, EDGES=edges, EDGE_LANES=lanes)
+
+
 def _workspace(meta, rows, chunks, partials, device):
     """The partials and the counters of a split launch; unread one-element placeholders otherwise
     (distinct tensors: torch.compile's analysis of a user kernel's mutations takes one tensor
@@ -307,20 +321,20 @@ def launch(x, out):
     rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    mis, window, span = window_of(out, x)
+    mis, window, edges, span = window_of(out, x)
     grid, chunks, chunk_len, meta = plan(rows, span, 1, x)
     part, sync = _workspace(meta, rows, chunks, 2, x.device)
     wrap_triton(softmax_window_kernel)[grid](x, out, part, sync, rows, cols, x.stride(0), mis, chunks, chunk_len,
-                                             V=16 // x.element_size(), WINDOW=window, **meta)
+                                             WINDOW=window, **with_edges(meta, edges, 16 // x.element_size()))
 
 
 def launch_backward(y, dy, dx):
     rows, cols = y.shape
     if rows == 0 or cols == 0:
         return
-    mis, window, span = window_of(dx, y, dy)
+    mis, window, edges, span = window_of(dx, y, dy)
     grid, chunks, chunk_len, meta = plan(rows, span, 2, y)
     part, sync = _workspace(meta, rows, chunks, 1, y.device)
     wrap_triton(softmax_window_backward_kernel)[grid](y, dy, dx, part, sync, rows, cols, y.stride(0), dy.stride(0),
-                                                      mis, chunks, chunk_len, V=16 // y.element_size(),
-                                                      WINDOW=window, **meta)
+                                                      mis, chunks, chunk_len, WINDOW=window,
+                                                      **with_edges(meta, edges, 16 // y.element_size()))
