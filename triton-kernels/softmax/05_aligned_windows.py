@@ -4,27 +4,36 @@ Changed:  step 4's kernels (a row in registers, long rows split over programs th
           L2), but every row is read through its aligned window: the row's first element rounded
           down to a 16-byte boundary, h = the elements before it (0..V-1, V = 16 bytes / element).
           Tiles start on window positions that are multiples of BLOCK, so the address of every
-          V-element group is a multiple of 16 bytes written as (p // V) * V, which the compiler
-          can see; loads are masked by whole groups (position < the window's length rounded up to
-          V) and the lanes outside the row are then set to -inf (0 backward). Stores must not
-          touch a neighbour's row: the groups wholly inside the row go out as 16-byte vectors,
-          and the two partial groups at the row's ends are recomputed from a 2V-element scalar
-          tile (reloaded from L1/L2) and stored element by element.
+          V-element group is written as (p // V) * V, a multiple the compiler can see; loads are
+          masked by whole groups (position < the window's length rounded up to V), and the lanes
+          outside the row are then set to -inf (0 backward). Stores must not touch a neighbour's
+          row: the groups wholly inside the row go out as 16-byte vectors, and the row's two
+          partial end groups as a small scalar tile (one lane a thread), loaded beside the main
+          tile rather than reloaded after the reduction. Only rows that start or end inside a
+          group pay for that tile and the -inf lanes (EDGES, a host decision): aligned shapes
+          compile to step 4's SASS. Split rows with edges run at 8 warps. In development (H100,
+          bf16 4096 x 50257 forward): the reload after the reduction, 16 warps, 538 us; the
+          early load, 16 warps, 607 (64 registers: 2 programs an SM); early, 8 warps, 465 (79
+          registers, 3 programs); the reload at 8 warps was not measured. Before EDGES, aligned
+          shapes paid 2-70% for the edge tile (bf16 32768 x 1000: 82 us against step 4's 48).
 Why:      Triton vectorizes an access only where it can prove 16-byte alignment and a mask
           constant over each group, and an integer argument carries that proof only when the
           launch specializes it as divisible by 16. A vocabulary of 50,257 (GPT-2) makes the row
           stride odd: step 4's split kernel then compiles to 2-byte loads (offline SASS, sm_90,
-          bf16 8,192-element tile at 16 warps: 16 LDG.E.U16 + 16 STG.E.U16 a thread, 80
+          bf16 8,192-element tile at 16 warps: 16 LDG.E.U16 + 16 STG.E.U16 a thread, 84
           registers, against 2 LDG.E.128 + 2 STG.E.128 and 32 registers with the proof), and so
           do rows of 1,000 bf16 (2,000 bytes: aligned, but 1,000 is not a multiple of 16). The
           suite measured bf16 4096 x 50257 at 0.71x torch (step 2; step 4: 861 GB/s bf16 against
           2,375 fp32 at the same shape). Predicted: bf16 x 50257 near fp32 step 4's bytes rate
           (~2,300 GB/s, >= 1.0x torch at every row count), other shapes as step 4.
-Still:    a row shorter than a group or a view whose tensors sit at different 16-byte offsets
-          (x strided one way, the output another) takes the element-wise path (the frames differ
-          row by row), as step 4. The window reads up to V-1 elements before and after a row:
-          they lie in the same 16-byte block as the row's own ends (never across an allocation's
-          end), and are discarded.
+Still:    bf16 x 50257 forward stays below torch at 512 rows and more (H100, in development:
+          4096 rows 465 us against torch's 389; the backward 510 against 949): a split row's
+          programs wait for each other, and a 16-bit chunk converted to fp32 fills twice the
+          registers of its bytes, so fewer bytes are in flight an SM than at fp32. A row shorter
+          than a group, or tensors whose rows sit at different places in their windows (x
+          strided one way, the output another), take the element-wise path, as step 4. The
+          window reads up to V-1 elements before and after a row: they lie in the same 16-byte
+          block as the row's own ends (never across an allocation's end), and are discarded.
 Limits:   none (any row length and stride; 64-bit offsets) while the launch has the GPU to
           itself: step 4's spin-wait and its residency condition, unchanged.
 Layout:   rows
@@ -124,7 +133,8 @@ def softmax_window_kernel(
         # whole groups in (the mask is constant over each: vector loads), then the row's own lanes
         load = live[:, None] & (q < reach[:, None])
         x = tl.load(x_rows + q, mask=load, other=-float("inf")).to(tl.float32)
-        x = tl.where((q >= lo) & (q < hi), x, -float("inf"))
+        if EDGES:  # without, every row starts a window and ends a group: the load's mask is exact
+            x = tl.where((q >= lo) & (q < hi), x, -float("inf"))
         m = tl.max(x, axis=1)
         shift = tl.where(m == -float("inf"), 0.0, m)  # an all -inf chunk publishes sum 0 (step 4)
         e = tl.exp(x - shift[:, None])
@@ -135,7 +145,8 @@ def softmax_window_kernel(
         for start in range(0, chunk_len, BLOCK):
             qs = q + start
             x = tl.load(x_rows + qs, mask=live[:, None] & (qs < reach[:, None]), other=-float("inf")).to(tl.float32)
-            x = tl.where((qs >= lo) & (qs < hi), x, -float("inf"))
+            if EDGES:
+                x = tl.where((qs >= lo) & (qs < hi), x, -float("inf"))
             m_new = tl.maximum(m_lane, x)
             lane_shift = tl.where(m_new == -float("inf"), 0.0, m_new)
             d_lane = d_lane * tl.exp(m_lane - lane_shift) + tl.exp(x - lane_shift)
@@ -216,18 +227,22 @@ def softmax_window_backward_kernel(
         dy_edge = tl.load(dy_rows + q_edge, mask=edge, other=0.0).to(tl.float32)
     if ONE_TILE:
         load = live[:, None] & (q < reach[:, None])
-        inside = (q >= lo) & (q < hi)  # lanes of other rows may hold inf: zero both factors
-        y = tl.where(inside, tl.load(y_rows + q, mask=load, other=0.0, eviction_policy=EVICT).to(tl.float32), 0.0)
-        dy = tl.where(inside, tl.load(dy_rows + q, mask=load, other=0.0, eviction_policy=EVICT).to(tl.float32), 0.0)
+        y = tl.load(y_rows + q, mask=load, other=0.0, eviction_policy=EVICT).to(tl.float32)
+        dy = tl.load(dy_rows + q, mask=load, other=0.0, eviction_policy=EVICT).to(tl.float32)
+        if EDGES:  # lanes of other rows may hold inf: zero both factors
+            inside = (q >= lo) & (q < hi)
+            y, dy = tl.where(inside, y, 0.0), tl.where(inside, dy, 0.0)
         dot = tl.sum(y * dy, axis=1)
     else:
         acc = tl.zeros([ROWS, BLOCK], tl.float32)
         for start in range(0, chunk_len, BLOCK):
             qs = q + start
             load = live[:, None] & (qs < reach[:, None])
-            inside = (qs >= lo) & (qs < hi)
-            acc += tl.where(inside, tl.load(y_rows + qs, mask=load, other=0.0).to(tl.float32)
-                            * tl.load(dy_rows + qs, mask=load, other=0.0).to(tl.float32), 0.0)
+            prod = (tl.load(y_rows + qs, mask=load, other=0.0).to(tl.float32)
+                    * tl.load(dy_rows + qs, mask=load, other=0.0).to(tl.float32))
+            if EDGES:
+                prod = tl.where((qs >= lo) & (qs < hi), prod, 0.0)
+            acc += prod
         dot = tl.sum(acc, axis=1)
     if SPLIT:
         k = tl.arange(0, CHUNKS_P2)
@@ -251,16 +266,16 @@ def softmax_window_backward_kernel(
 
 
 def window_of(out, *inputs):
-    """(mis, WINDOW, EDGES, span): the window's offset (elements past a 16-byte boundary);
-    whether every tensor's row r starts at the same place in its window (the same offset below
-    their pointers, row strides equal modulo V; the output's stride is cols); whether some row
-    starts or ends inside a group; the window positions a row may take (span: cols + V - 1 when
-    some row starts inside a group)."""
+    """(mis, WINDOW, EDGES, span): where row 0 starts past a 16-byte boundary (in elements; from
+    the storage offset, as torch allocates storage on 16 bytes: the pointer itself is not read,
+    so a traced fake tensor is judged the same way); whether every tensor's row r starts at the
+    same place in its window (the same offset, row strides equal modulo V; the output's stride
+    is cols); whether some row starts or ends inside a group; the window positions a row may take
+    (span: cols + V - 1 when some row starts inside a group)."""
     size, rows, cols = out.element_size(), out.shape[0], out.shape[1]
     v = 16 // size
-    mis = out.data_ptr() % 16 // size
-    same = all(t.data_ptr() % 16 == out.data_ptr() % 16 and (rows == 1 or (t.stride(0) - cols) % v == 0)
-               for t in inputs)
+    mis = out.storage_offset() % v
+    same = all(t.storage_offset() % v == mis and (rows == 1 or (t.stride(0) - cols) % v == 0) for t in inputs)
     if not same or cols < v:  # no whole group to gain
         return 0, False, False, cols
     shifted = mis != 0 or (rows > 1 and cols % v != 0)
@@ -279,7 +294,7 @@ def l2_policy(rows, cols, x):
     return "evict_first" if 2 * out_bytes > l2 and 4 * out_bytes <= 3 * l2 else ""
 
 
-def plan(rows, span, tensors, x):
+def plan(rows, span, edges, tensors, x):
     """(grid, chunks, chunk_len, meta): step 4's host table over window positions (span)."""
     if span <= (1024 if INTERPRET else MAX_TILE[tensors]):
         block = next_power_of_2(span)
@@ -294,8 +309,12 @@ def plan(rows, span, tensors, x):
     tiles = cdiv(cdiv(span, block), sm_count(x.device))  # at most one chunk per SM (step 4)
     chunk_len = tiles * block
     chunks = cdiv(span, chunk_len)
+    # Rows with partial groups hold the edge tile too: a 16-bit forward chunk at 16 warps then
+    # takes 64 registers (2 programs an SM); at 8 warps, 32 values a thread, 3 fit. Measured on the
+    # H100, bf16 4096 x 50257: 465 us at 8 warps, 607 at 16; aligned 512 x 131072: 125 and 118.
+    warps = 8 if edges else block // 512
     meta = dict(BLOCK=block, ROWS=1, SPLIT=True, ONE_TILE=tiles == 1,
-                CHUNKS_P2=next_power_of_2(chunks), num_warps=block // 512)
+                CHUNKS_P2=next_power_of_2(chunks), num_warps=warps)
     if tensors == 2:
         meta["EVICT"] = ""
     return (rows * chunks,), chunks, chunk_len, meta
@@ -322,7 +341,7 @@ def launch(x, out):
     if rows == 0 or cols == 0:
         return
     mis, window, edges, span = window_of(out, x)
-    grid, chunks, chunk_len, meta = plan(rows, span, 1, x)
+    grid, chunks, chunk_len, meta = plan(rows, span, edges, 1, x)
     part, sync = _workspace(meta, rows, chunks, 2, x.device)
     wrap_triton(softmax_window_kernel)[grid](x, out, part, sync, rows, cols, x.stride(0), mis, chunks, chunk_len,
                                              WINDOW=window, **with_edges(meta, edges, 16 // x.element_size()))
@@ -333,7 +352,7 @@ def launch_backward(y, dy, dx):
     if rows == 0 or cols == 0:
         return
     mis, window, edges, span = window_of(dx, y, dy)
-    grid, chunks, chunk_len, meta = plan(rows, span, 2, y)
+    grid, chunks, chunk_len, meta = plan(rows, span, edges, 2, y)
     part, sync = _workspace(meta, rows, chunks, 1, y.device)
     wrap_triton(softmax_window_backward_kernel)[grid](y, dy, dx, part, sync, rows, cols, y.stride(0), dy.stride(0),
                                                       mis, chunks, chunk_len, WINDOW=window,
