@@ -10,12 +10,7 @@ setmaxnreg.dec / setmaxnreg.inc. Step 5's PTX at the same 4 warps has none of it
 Each step compiles with its first 4-warp autotune config, bf16, row-major, 132 SMs. The compile runs
 in a child process without TRITON_INTERPRET: under the interpreter (make test) triton's own @jit
 library functions are interpreter objects, which the compiler cannot use."""
-import json
-import os
-import subprocess
-import sys
-
-import pytest
+from helpers import sm90_child, sm90_main
 
 
 def compile_sm90(step):
@@ -37,12 +32,7 @@ def compile_sm90(step):
 
 
 def test_step6_is_warp_specialized_step5_is_not():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    child = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=300)
-    assert child.returncode == 0, child.stderr[-3000:]
-    ir = json.loads(child.stdout.splitlines()[-1])
-    if "skip" in ir:
-        pytest.skip(ir["skip"])
+    ir = sm90_child(__file__)
     ws, flat = ir["6"], ir["5"]
     assert "ttg.warp_specialize" in ws["ttgir"] and "partition0" in ws["ttgir"]
     assert ws["num_warps"] == 12, "warp_specialize was dropped: no consumer partitions"
@@ -52,11 +42,4 @@ def test_step6_is_warp_specialized_step5_is_not():
 
 
 if __name__ == "__main__":
-    import triton
-    try:  # no NVIDIA backend, or no ptxas, in this Triton install
-        triton.compiler.make_backend(triton.backends.compiler.GPUTarget("cuda", 90, 32))
-        triton.knobs.nvidia.ptxas.path  # noqa: B018
-    except Exception as e:
-        print(json.dumps({"skip": f"Triton cannot compile for sm_90 here: {e!r}"}))
-    else:
-        print(json.dumps({step: compile_sm90(step) for step in (5, 6)}))
+    sm90_main(lambda: {step: compile_sm90(step) for step in (5, 6)})

@@ -7,13 +7,10 @@ Each kernel is compiled as a launch would specialize it: pointers divisible by 1
 allocations), and an integer divisible by 16 only where the case says so. Counted in the PTX:
 ld/st.global.v4.b32 (16 bytes) and ld/st.global.b16 (one bf16 element). The compile runs in a
 child process without TRITON_INTERPRET, as in test_triton_ir.py."""
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
+from helpers import sm90_child, sm90_main
 
 SPLIT = dict(BLOCK=8192, ROWS=1, SPLIT=True, ONE_TILE=True, CHUNKS_P2=8)
 WINDOW = dict(SPLIT, V=8, WINDOW=True, EDGE_LANES=256)
@@ -55,13 +52,7 @@ def compile_case(op, step, kernel, consts, divisible):
 
 @pytest.fixture(scope="module")
 def counted():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    child = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=300)
-    assert child.returncode == 0, child.stderr[-3000:]
-    found = json.loads(child.stdout.splitlines()[-1])
-    if "skip" in found:
-        pytest.skip(found["skip"])
-    return found
+    return sm90_child(__file__)
 
 
 def test_odd_size_costs_step_2_its_vectors_and_step_3_gets_them_back(counted):
@@ -81,11 +72,4 @@ def test_odd_rows_cost_softmax_step_4_its_vectors_and_step_5_gets_them_back(coun
 
 
 if __name__ == "__main__":
-    import triton
-    try:  # no NVIDIA backend, or no ptxas, in this Triton install
-        triton.compiler.make_backend(triton.backends.compiler.GPUTarget("cuda", 90, 32))
-        triton.knobs.nvidia.ptxas.path  # noqa: B018
-    except Exception as e:
-        print(json.dumps({"skip": f"Triton cannot compile for sm_90 here: {e!r}"}))
-    else:
-        print(json.dumps({name: compile_case(*case) for name, *case in CASES}))
+    sm90_main(lambda: {name: compile_case(*case) for name, *case in CASES})
