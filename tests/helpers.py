@@ -1,7 +1,12 @@
 """Checks shared by the CPU and GPU tests: the fp64 reference, the elementwise gate, a useful
-message that names the step, the shape, the strides and the first element that is wrong."""
+message that names the step, the shape, the strides and the first element that is wrong; and the
+child process that compiles Triton kernels for sm_90 ahead of time (the IR and PTX tests)."""
+import json
 import os
+import subprocess
+import sys
 
+import pytest
 import torch
 
 from rosetta.ops import SPECS
@@ -47,12 +52,6 @@ def gpu_memory_allows(nbytes: int) -> bool:
 def sm90_child(path: str) -> dict:
     """The JSON `path`'s __main__ printed (sm90_main), run without TRITON_INTERPRET; pytest.skip
     where this Triton cannot compile for sm_90."""
-    import json
-    import subprocess
-    import sys
-
-    import pytest
-
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     child = subprocess.run([sys.executable, path], env=env, capture_output=True, text=True, timeout=300)
     assert child.returncode == 0, child.stderr[-3000:]
@@ -64,9 +63,7 @@ def sm90_child(path: str) -> dict:
 
 def sm90_main(compile_all) -> None:
     """A child's __main__: print compile_all()'s dict as JSON, or why it cannot compile here."""
-    import json
-
-    import triton
+    import triton  # here, not at the top: the tests' own import of this module must not load it early
 
     try:  # no NVIDIA backend, or no ptxas, in this Triton install
         triton.compiler.make_backend(triton.backends.compiler.GPUTarget("cuda", 90, 32))
