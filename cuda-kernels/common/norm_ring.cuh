@@ -1,0 +1,141 @@
+// What the norms' bulk-copy steps (rms_norm and layer_norm step 4) share: a persistent CTA's
+// ring of row buffers in shared memory, filled by the copy engine (cp.async.bulk, the 1-D form
+// of TMA, completing on an mbarrier) rows ahead of the row being reduced.
+//   Ring, open_ring, kStages      the buffers, their barriers, how many rows are in flight
+//   window_of, read_row           a row's copy (an unaligned row: its 16-byte-aligned window)
+//                                 and a thread's tile of it from shared memory
+//   block_sums                    a row's pair of sums over the block, step 3's one barrier
+//   pick_ring_tile, plan_ring     the tiles by row length; the persistent grid and its chunks
+#pragma once
+
+#include "hopper.cuh"
+#include "norm_long.cuh"
+
+namespace rosetta::norm {
+
+// A row's buffer holds the tile's kThreads x kElems values plus two 16-byte groups of slack: an
+// unaligned row is copied as the aligned window around it (up to V - 1 elements before, the
+// rest of its last group after).
+template <typename T, int kThreads, int kElems> constexpr int kBufferElems = kThreads * kElems + 2 * kVec<T>;
+// Rows in flight: up to 4, within ~100 KB of buffers a 256-thread CTA (two an SM) or ~200 KB a
+// 512-thread one (one an SM: 128 registers x 512 threads is the register file).
+template <typename T, int kThreads, int kElems, int kTensors>
+constexpr int kStages = [] {
+  constexpr int bytes = kTensors * kBufferElems<T, kThreads, kElems> * int(sizeof(T));
+  constexpr int budget = kThreads >= 512 ? 200 * 1024 : 100 * 1024;
+  return budget / bytes < 2 ? 2 : budget / bytes > 4 ? 4 : budget / bytes;
+}();
+template <typename T, int kThreads, int kElems, int kTensors>
+constexpr int kRingBytes = kStages<T, kThreads, kElems, kTensors> * kTensors * kBufferElems<T, kThreads, kElems> * int(sizeof(T));
+
+// Where a row's copy starts (rounded down to 16 bytes), how many bytes it takes, and the row's
+// first element's offset in the buffer.
+template <typename T>
+struct Window {
+  const void* src;
+  uint32_t bytes;
+  int lead;
+};
+template <bool kWhole, typename T>
+__device__ __forceinline__ Window<T> window_of(const T* row, int64_t cols) {
+  if constexpr (kWhole) return {row, uint32_t(cols * int64_t(sizeof(T))), 0};
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(row), end = begin + uintptr_t(cols) * sizeof(T);
+  const uintptr_t lo = begin & ~uintptr_t(15), hi = (end + 15) & ~uintptr_t(15);
+  return {reinterpret_cast<const void*>(lo), uint32_t(hi - lo), int((begin - lo) / sizeof(T))};
+}
+
+// Thread t's tile of a row from its buffer (0 past the row's end). kWhole: the row starts the
+// buffer and is whole vectors, so 16-byte shared loads; else element by element at the offset.
+template <bool kWhole, typename Row, typename T>
+__device__ __forceinline__ void read_row(Row& r, const T* buffer, int lead, int64_t cols, int t) {
+#pragma unroll
+  for (int i = 0; i < Row::kVecs; ++i) {
+    const int64_t c = Row::col(i, t);
+    if constexpr (kWhole) {
+      Vec16<T> p;
+      p.raw = c < cols ? *reinterpret_cast<const uint4*>(buffer + c) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k) r.v[i][k] = p.get(k);
+    } else {
+#pragma unroll
+      for (int k = 0; k < Row::V; ++k) r.v[i][k] = c + k < cols ? to_float(buffer[lead + c + k]) : 0.0f;
+    }
+  }
+}
+
+// The ring: kStages buffers of kTensors rows each, a transaction barrier per buffer. Row j of the
+// chunk uses buffer j % kStages, phase (j / kStages) % 2.
+template <typename T, int kThreads, int kElems, int kTensors>
+struct Ring {
+  static constexpr int kDepth = kStages<T, kThreads, kElems, kTensors>, kElemsPerBuffer = kBufferElems<T, kThreads, kElems>;
+  T* buffers;
+  uint64_t* full;
+
+  __device__ __forceinline__ T* buffer(int64_t j, int tensor) const {
+    return buffers + (int(j % kDepth) * kTensors + tensor) * kElemsPerBuffer;
+  }
+  // Thread 0: row j's copies (one per tensor, rows[k] its start), bytes announced first.
+  template <bool kWhole>
+  __device__ __forceinline__ void fill(int64_t j, const T* const (&rows)[kTensors], int64_t cols) const {
+    uint64_t* bar = &full[j % kDepth];
+    Window<T> w[kTensors];
+    uint32_t bytes = 0;
+#pragma unroll
+    for (int k = 0; k < kTensors; ++k) w[k] = window_of<kWhole>(rows[k], cols), bytes += w[k].bytes;
+    sm90::mbarrier_arrive_expect_tx(bar, bytes);
+#pragma unroll
+    for (int k = 0; k < kTensors; ++k) sm90::bulk_load(buffer(j, k), w[k].src, w[k].bytes, bar);
+  }
+  __device__ __forceinline__ void wait(int64_t j) const { sm90::mbarrier_wait(&full[j % kDepth], uint32_t(j / kDepth) & 1u); }
+};
+
+template <int kThreads, int kElems, typename T, int kTensors>
+__device__ __forceinline__ void open_ring(const Ring<T, kThreads, kElems, kTensors>& ring) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Ring<T, kThreads, kElems, kTensors>::kDepth; ++s) sm90::mbarrier_init(&ring.full[s], 1);
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+}
+
+// The row's two sums over the block: the shuffle trees side by side, then step 3's exchange
+// (one barrier). Every thread gets the same bits.
+template <int kThreads>
+__device__ __forceinline__ float2 block_sums(float2 v, const Exchange<kThreads / 32, 1, float2>& xchg, int64_t j) {
+  v = make_float2(warp_sum(v.x), warp_sum(v.y));
+  const float2* slots = xchg(v, unsigned(j));
+  return make_float2(slot_total<kThreads / 32>(slots, [](float2 p, int) { return p.x; }),
+                     slot_total<kThreads / 32>(slots, [](float2 p, int) { return p.y; }));
+}
+
+// The block tiles of step 3 by row length (its backward table), for 1,025..8,192 columns.
+template <typename T, typename F>
+bool pick_ring_tile(int64_t cols, F launch) {
+  if (cols <= 1024 || cols > kMaxRegisterCols) return false;
+  if (cols <= 2048) launch(Int<256>{}, Int<8>{});
+  else if (cols <= 4096) launch(Int<256>{}, Int<16>{});
+  else launch(Int<512>{}, Int<16>{});
+  return true;
+}
+
+// A persistent grid of `kernel` with `ring_bytes` of dynamic shared memory: as many CTAs as fit
+// at once, no more than rows; each a contiguous chunk. {0, rows} when none fits.
+template <typename Kernel>
+Chunks plan_ring(Kernel kernel, int threads, int ring_bytes, int64_t rows, cudaError_t& status) {
+  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ring_bytes);
+  if (status != cudaSuccess) return {rows, 0};
+  int per_sm = 0;
+  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, ring_bytes);
+  if (status != cudaSuccess || per_sm <= 0) return {rows, 0};
+  const int64_t want = std::min<int64_t>(rows, int64_t(per_sm) * sm_count());
+  const int64_t chunk = ceil_div(rows, want);
+  return {chunk, unsigned(ceil_div(rows, chunk))};
+}
+
+template <typename T>
+bool whole_rows(const T* p, int64_t stride, int64_t cols) {
+  return cols % kVec<T> == 0 && rows_aligned(p, stride);
+}
+
+
+}  // namespace rosetta::norm
