@@ -15,9 +15,12 @@ Why:      step 3 has one row ahead in registers (bf16 backward 256 x 16 tile: 64
           2,794), and slower forwards. Predicted (bf16, GB/s): backward 4096^2 2,629 -> ~2,800,
           16384x8192 and 32768x4096 2,868 -> ~2,950; forward 2,930-2,960 -> about the same or a
           few percent slower, as layer_norm's.
-Still:    as layer_norm step 4: a copy lands whole before the row starts, each chunk's first rows
-          are the pipeline's fill, the forward gains nothing over registers; rows past 8,192
-          columns (step 3's clusters) and of 1,024 or fewer (a warp a row) are not this step's.
+Still:    measured, this gains nothing here (bf16 backward 4096^2 2,621 -> 2,617 GB/s, 16384x8192
+          2,853 -> 2,828; forwards 3-8% slower): rms_norm's step 3 already reached the ~2,800-2,830
+          that both ops' rings top out at, its loop being short enough that registers never
+          capped its rows in flight. Kept for that lesson. As layer_norm
+          step 4: a copy lands whole before the row starts, each chunk's first rows are the fill;
+          rows past 8,192 columns and of 1,024 or fewer are not this step's.
 Limits:   1,025 <= cols <= 8,192, refused before launch otherwise (`Min:`, `Max:`). Workspace
           (backward): CTAs x cols fp32.
 Layout:   rows
