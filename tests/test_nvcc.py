@@ -187,6 +187,13 @@ SASS_CLAIMS = [
     # "loads 32 elements ... per tensor (8 16-byte vectors of fp32)" and "lane r stores ... with st.async"
     ("softmax/07_cluster_registers.cu", "softmax_cluster_registersIfE",
      lambda ops: "STAS.64" in ops and ops.count("LDG.E.128.CONSTANT") == 8),
+    # the norms' step 4: "no thread loads x or dy ... one bulk copy per tensor" (two fill sites x two
+    # tensors), each thread's two 16-byte vectors of each read from shared memory; the only 16-byte
+    # global loads left are the weight's, "read once per CTA"
+    ("layer_norm/04_bulk_rows.cu", "layer_norm_backward_ringI13__nv_bfloat16Li256ELi16ELb1E", lambda ops:
+     ops.count("UBLKCP.S.G") == 4 and ops.count("LDS.128") == 4 and ops.count("LDG.E.128.CONSTANT") == 2),
+    ("rms_norm/04_bulk_rows.cu", "rms_norm_backward_ringI13__nv_bfloat16Li256ELi16ELb1E", lambda ops:
+     ops.count("UBLKCP.S.G") == 4 and ops.count("LDS.128") == 4 and ops.count("LDG.E.128.CONSTANT") == 2),
     # "no thread loads them: thread 0 ... issues one bulk copy per tensor (cp.async.bulk global -> shared)"
     ("softmax/08_cluster_bulk.cu", "softmax_cluster_bulkIfE", lambda ops: ops.count("UBLKCP.S.G") == 1
      and "STAS.64" in ops and not any(o.startswith("LDG") for o in ops)),
