@@ -22,7 +22,15 @@ Why:      a 128 x 256 x 64 K-step is 2·128·256·64 = 4.2 MFLOP: ~0.56 us of wg
           and, flattened, overlaps a tile's epilogue with the next tile's first loads.
 Still:    one instruction stream issues TMA, waits on barriers, runs wgmma and the epilogue: the
           epilogue of tile i (convert + store 64 KB) is not overlapped with the mainloop of tile
-          i + 1. Step 6 gives the loads their own warps (warp specialization).
+          i + 1. Step 6 gives the loads their own warps (warp specialization). Rows whose pitch
+          is not a multiple of 128 bytes run at about half the rate (bf16 3000^3: 0.56x cuBLAS,
+          4096^3: 0.97x): most 128-byte box rows straddle two L2 lines. Measured in development
+          (bf16, do_bench): every config of the list takes 143-224 us at 3000^3 against
+          192-349 us at 4096^3, 1.7x the time a flop; tensor maps built on the host (the driver
+          sets 128-byte L2 promotion, where the device-built ones here leave it unset) were
+          within 1-3% of these at both shapes, so promotion is not the gap. CUDA step 13 closes
+          it with 192 x 192 tiles and TMA multicast across a cluster (half the L2 traffic a
+          flop); Triton has neither a 192-wide tl.dot tile nor multicast.
 Limits:   TMA needs a 16-byte aligned base, one unit stride and a leading stride that is a
           multiple of 16 bytes for a and b (row- or column-major) and out (row-major): 16-bit K
           and N multiples of 8. Otherwise (a[:, 1:], odd K or N) launch raises ValueError; step
