@@ -64,7 +64,9 @@ __device__ __forceinline__ void read_row(Row& r, const T* buffer, int lead, int6
 }
 
 // The ring: kStages buffers of kTensors rows each, a transaction barrier per buffer. Row j of the
-// chunk uses buffer j % kStages, phase (j / kStages) % 2.
+// chunk uses buffer j % kStages, phase (j / kStages) % 2. A buffer is refilled by thread 0 right
+// after its row's barrier: every thread's shared loads of it were consumed before that barrier,
+// and the copy engine writes only after it (the order a TMA pipeline's empty barrier gives).
 template <typename T, int kThreads, int kElems, int kTensors>
 struct Ring {
   static constexpr int kDepth = kStages<T, kThreads, kElems, kTensors>, kElemsPerBuffer = kBufferElems<T, kThreads, kElems>;
@@ -119,7 +121,8 @@ bool pick_ring_tile(int64_t cols, F launch) {
 }
 
 // A persistent grid of `kernel` with `ring_bytes` of dynamic shared memory: as many CTAs as fit
-// at once, no more than rows; each a contiguous chunk. {0, rows} when none fits.
+// at once, no more than rows; each a contiguous chunk. 0 blocks (status says why, if it can)
+// when none fits.
 template <typename Kernel>
 Chunks plan_ring(Kernel kernel, int threads, int ring_bytes, int64_t rows, cudaError_t& status) {
   status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ring_bytes);
@@ -132,6 +135,7 @@ Chunks plan_ring(Kernel kernel, int threads, int ring_bytes, int64_t rows, cudaE
   return {chunk, unsigned(ceil_div(rows, chunk))};
 }
 
+// Rows of whole 16-byte vectors from 16-byte-aligned starts: copied as they are, read as vectors.
 template <typename T>
 bool whole_rows(const T* p, int64_t stride, int64_t cols) {
   return cols % kVec<T> == 0 && rows_aligned(p, stride);
