@@ -57,10 +57,11 @@ from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_c
 from rosetta.triton_kernels.tma import tile_coords
 
 MIN_SLICE_STEPS = 4  # a slice keeps >= 4 BLOCK_K-steps, so the 3-5 stage pipeline is not all fill
-MAX_SPLIT = 32  # partials an output adds up at most
+MAX_SPLIT = 64  # partials an output adds up at most
 REDUCE_LAUNCH_STEPS = 2  # the reduction's launch and kernel boundary (~2-3 us), in K-steps of ~1 us
 INTERPRET_SPLIT = 4  # slices under the interpreter: enough to exercise the reduction's order
-REDUCE_ELEMENTS = 1024  # outputs per reduction program: 8 per thread on 4 warps
+REDUCE_MOST, REDUCE_LEAST = 1024, 128  # outputs per reduction program: 8 to 1 per thread on 4 warps
+REDUCE_PROGRAMS_PER_SM = 2  # the reduction's grid fills the machine before a program takes more outputs
 
 
 def config(bm, bn, bk, warps, stages):
@@ -209,7 +210,7 @@ def split_k_reduce_kernel(
     stride_ps,  # the workspace's slice stride, M·N
     stride_om,  # out's row stride
     BLOCK_R: tl.constexpr,  # rows per program: min(8, M), so M = 1 wastes no lanes
-    BLOCK_C: tl.constexpr,  # columns per program: BLOCK_R x BLOCK_C = 1024 outputs
+    BLOCK_C: tl.constexpr,  # columns per program: BLOCK_R x BLOCK_C outputs (reduce_tile)
 ):
     slices = tl.load(note_ptr)
     if slices > 1:
@@ -220,10 +221,18 @@ def split_k_reduce_kernel(
         mask = (rows < M)[:, None] & (cols < N)[None, :]
         parts = part_ptr + rows[:, None] * N + cols[None, :]
         acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
-        # slice 0 first, then 1, 2, ...: a fixed order of fp32 adds, so every run gives the same bits
-        for _ in range(0, slices):
-            acc += tl.load(parts, mask=mask, other=0.0)
-            parts += stride_ps
+        # four slices' loads in flight, then added in the order 0, 1, 2, ...: a fixed order of
+        # fp32 adds, so every run gives the same bits (a slice past the last adds +0.0)
+        for first in range(0, slices, 4):
+            p0 = tl.load(parts, mask=mask, other=0.0)
+            p1 = tl.load(parts + stride_ps, mask=mask & (first + 1 < slices), other=0.0)
+            p2 = tl.load(parts + 2 * stride_ps, mask=mask & (first + 2 < slices), other=0.0)
+            p3 = tl.load(parts + 3 * stride_ps, mask=mask & (first + 3 < slices), other=0.0)
+            acc += p0
+            acc += p1
+            acc += p2
+            acc += p3
+            parts += 4 * stride_ps
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(out_ptr.dtype.element_ty),
                  mask=mask)
 
@@ -268,7 +277,19 @@ def launch(a, b, out, split_k=None):
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), part.stride(0),
         m_bucket(M), next_power_of_2(N), next_power_of_2(K), int(is_column_major(b)))
     if most > 1:  # some tile may split (the launch's own tile may not: then the reduction returns at once)
-        block_r = min(8, next_power_of_2(M))
-        block_c = REDUCE_ELEMENTS // block_r
+        block_r, block_c = reduce_tile(M, N, sms)
         wrap_triton(split_k_reduce_kernel)[(cdiv(M, block_r) * cdiv(N, block_c),)](
             part, note, out, M, N, part.stride(0), out.stride(0), BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
+
+
+def reduce_tile(M, N, sms):
+    """(rows, columns) of out a reduction program adds: min(8, M) rows (M = 1 wastes no lanes),
+    and 1,024 outputs in all where that still gives REDUCE_PROGRAMS_PER_SM programs an SM, fewer
+    (down to 128) where out is small. Each output's slices are a chain of dependent adds, so a
+    small out wants many programs, not few long ones: 64 x 64 in 4 programs of 1,024 left 128 SMs
+    idle while 4 walked every slice."""
+    block_r = min(8, next_power_of_2(M))
+    elements = REDUCE_MOST
+    while elements > REDUCE_LEAST and M * N < elements * REDUCE_PROGRAMS_PER_SM * sms:
+        elements //= 2
+    return block_r, max(elements // block_r, 1)
