@@ -206,3 +206,25 @@ def test_a_call_with_a_gradient_is_ranked_by_forward_plus_backward(table):
     with torch.no_grad():
         assert rosetta.decide("rms_norm", "triton", torch.bfloat16, (x, w)).variant.step == 1
     assert dispatch_table.Entry.from_json(entry.to_json()) == entry
+
+
+def test_eager_calls_are_timed_in_turns_and_a_failing_caller_is_reported(monkeypatch):
+    """The suite's eager timing: every caller once a round, in the callers' order, the median
+    round kept; a caller that raises comes back as its exception, the others still timed."""
+    monkeypatch.setattr(shape_suite.torch.cuda, "synchronize", lambda: None)
+    order = []
+
+    def caller(name):
+        return lambda: order.append(name)
+
+    def broken():
+        raise RuntimeError("no kernel for this shape")
+
+    times = shape_suite.eager_in_turns([caller("torch"), broken, caller("triton")])
+    assert isinstance(times[1], RuntimeError)
+    assert all(isinstance(t, float) and t > 0 for t in (times[0], times[2]))
+    calls = order[8:]  # after each caller's warm-up and calibration (4 calls each)
+    per_round = len(calls) // shape_suite.EAGER_ROUNDS
+    assert per_round >= 2 and len(calls) == per_round * shape_suite.EAGER_ROUNDS
+    first_round = calls[:per_round]
+    assert first_round.index("triton") == first_round.count("torch")  # torch's loop, then triton's

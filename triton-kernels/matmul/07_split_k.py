@@ -12,8 +12,11 @@ Changed:  the K loop of a tile is cut into SPLIT_K slices that run as programs o
           the tile the tuner hands it (split_count: the fewest K-steps the busiest SM walks,
           the partials' bytes counted), the kernel reads it back as tl.num_programs(1) and
           leaves it in a 4-byte note for the reduction, so tile, split and reduction always agree.
-          Under TRITON_INTERPRET=1 (one "SM", nothing to fill) every shape with two or more
-          K-steps splits into min(k_steps, 4) slices, so the CPU tests run the reduction.
+          The reduction's grid is sized to the output: 1,024 outputs a program where that still
+          gives two programs an SM, down to 128 where out is small, with four slices' loads in
+          flight before they are added. Under TRITON_INTERPRET=1 (one "SM", nothing to fill)
+          every shape with two or more K-steps splits into min(k_steps, 4) slices, so the CPU
+          tests run the reduction.
 Why:      M = 16 against a 4096 x 4096 bf16 weight is 2·16·4096·4096 = 0.54 GFLOP over 33.6 MB
           of B (A and out: 0.13 MB each): 16 flop/byte, where the H100 turns compute-bound at
           ~300 (990 TFLOP/s / 3.35 TB/s). The time is one read of B: 11 us at 3 TB/s, if all
@@ -26,7 +29,12 @@ Why:      M = 16 against a 4096 x 4096 bf16 weight is 2·16·4096·4096 = 0.54 G
           2·300·300·8192 = 1.47 GFLOP, FFMA-bound (22 us at 67 TFLOP/s), but 64 x 64 tiles are
           25 programs (128 x 128: 9) for 132 SMs, each walking 256 K-steps (measured 0.22x);
           split 5 ways, 125 programs walk 52 each. Where tiles fill the machine (4096^3: 1,024
-          tiles) the rule says 1 and nothing is added.
+          tiles) the rule says 1 and nothing is added. The reduction is a chain of dependent
+          adds per output, one L2 round trip (~0.5 us) a slice: with a fixed 1,024 outputs a
+          program, 64 x 16384 x 64 (one 64 x 64 tile, 32 slices) gave it 4 programs, 4 SMs each
+          walking 32 slices, ~10 us of a 21.5 us call; 32 programs with 4 loads in flight cut
+          the chain to 8 round trips. fp32 there (512 K-steps of 32) now takes up to 64 slices,
+          not 32: half the walk per GEMM program.
 Still:    the reduction is a second launch, ~2-3 us with its kernel boundary: a fifth of an
           11 us call (an in-kernel fix-up, the last slice to finish adding the others, would
           save it), and the tuner times the GEMM kernel without it; the rule counts one program
