@@ -68,3 +68,31 @@ def test_softmax_declared_limit_refused_before_launch(interpreter, cpu_gen, v, d
     with pytest.raises(ValueError, match=rf"^{v.label} takes {quantity} <= {limit}, got {quantity} = {limit + 1}"
                                          rf".*; {v.op}/{v.backend} steps {', '.join(map(str, takers))} take it$"):
         v(*inputs) if direction == "forward" else v.backward(*inputs)
+
+
+# ---- matmul step 7: the split-K reduction ------------------------------------------------------
+SPLIT_K = next(v for v in rosetta.variants("matmul", "triton") if v.name == "split_k")
+
+
+@pytest.mark.parametrize("slices", [1, 2, 3, 4, 5, 6])
+def test_split_k_reduction_takes_every_slice(interpreter, cpu_gen, slices):
+    """The reduction loads four slices at a time: counts that are not a multiple of four leave
+    masked loads at the end of its loop, and every slice must still be added once."""
+    a, b = make_inputs("matmul", (5, 100, 24), torch.float32, "cpu", cpu_gen)  # 7 K-steps of 16
+    out = torch.full((5, 24), float("nan"))
+    rosetta.torch_ops.raw_launcher(SPLIT_K, "forward")(a, b, out, split_k=slices)
+    assert_matches_reference(SPLIT_K, (a, b), out)
+
+
+def test_split_k_reduction_grid_fills_the_machine():
+    """reduce_tile: 1,024 outputs a program for large outputs, fewer (not under 128) until the
+    grid has two programs an SM; rows a program min(8, M) so that M = 1 wastes no lanes."""
+    reduce_tile = rosetta.torch_ops.triton_module(SPLIT_K).reduce_tile
+    assert reduce_tile(128, 4096, 132) == (8, 128)  # 512 programs of 1,024 outputs
+    assert reduce_tile(64, 64, 132) == (8, 16)  # 4,096 outputs: 32 programs of the least, 128
+    assert reduce_tile(1, 3072, 132) == (1, 128)
+    for m, n in [(1, 1), (3, 7), (16, 4096), (300, 300), (128, 28672)]:
+        rows, cols = reduce_tile(m, n, 132)
+        assert rows == min(8, 1 << (m - 1).bit_length()) and 128 <= rows * cols <= 1024
+        programs = -(-m // rows) * -(-n // cols)
+        assert rows * cols == 128 or programs >= 2 * 132
