@@ -40,7 +40,9 @@ Still:    one CTA per SM where a backward tile needs more than 64 registers a th
           3-6% under rms_norm's step 2 on the large bf16 shapes (H100: 2,882 against 3,037 GB/s
           at 16384 x 8192), and the persistent grid is not why (bench/ablations/norm_03_grid.py):
           one block per row group measured 6-9% slower at 4096^2 and 16384 x 8192 and 25% at
-          4096 x 32768, twice the resident blocks within 1.5% either way.
+          4096 x 32768, twice the resident blocks within 1.5% either way. Registers are the
+          likelier cause (ptxas, sm_90): the 512 x 16 and 256 x 16 bf16 tiles take 64 here (2 or
+          4 CTAs an SM) where rms_norm's step 2 takes 40 (3 or 6): a third fewer rows in flight.
 Limits:   rows past 65,536 elements (8 CTAs x 8,192) are refused before launch (`Max: cols`):
           clusters of more than 8 CTAs need an opt-in and whole GPCs. Workspace (backward):
           2 x groups x cols fp32, groups <= the CTAs (or clusters) resident at once.
