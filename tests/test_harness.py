@@ -406,3 +406,16 @@ def test_overhead_table_gives_each_call_its_step_and_multiple_of_torch():
     line = table.splitlines()[2]
     assert line == ("| softmax | float32 8x1000 | 8.0 | 12.0 (step 5, 1.5x torch) | 20.0 (step 1, 2.5x torch) "
                     "| 10.0 | 25.0 (2.5x torch) | - |")
+
+
+def test_host_cost_layers_are_timed_in_turns(monkeypatch):
+    """bench --overhead: every layer of an input once a round, in order, the median round kept, so
+    torch's call and each layer of ours see the same moments of the host."""
+    from rosetta.bench.run import overhead
+
+    monkeypatch.setattr(overhead.torch.cuda, "synchronize", lambda: None)
+    order = []
+    times = overhead.host_us_in_turns([lambda: order.append("torch"), lambda: order.append("ours")],
+                                      calls_=3, rounds=4)
+    assert len(times) == 2 and all(t > 0 for t in times)
+    assert order[40:] == (["torch"] * 3 + ["ours"] * 3) * 4  # after 20 warm-up calls each

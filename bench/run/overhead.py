@@ -2,9 +2,12 @@
 tiny input, beside torch's own call, and each layer under it.
 
 Each call is made CALLS times in a loop with no synchronisation and timed by the host clock, in
-ROUNDS rounds, and the median round's mean is reported (single loops on the H100's host moved by up
-to a factor of three from run to run with garbage collections and other processes); the input is tiny, so the GPU finishes each kernel before the next launch arrives and the loop measures
-the host path alone. Layers, from the outside in: the public call (rosetta.<op>, step=None: the
+ROUNDS rounds, every layer of a case once a round in turns with torch's call, and the median round's
+mean is reported (single loops on the H100's host moved by up to a factor of three from run to run
+with garbage collections and other processes, and timed one layer after another, each layer saw its
+own part of the host's drift: a plain call could come out slower than the same call with
+requires_grad); the input is tiny, so the GPU finishes each kernel before the next launch arrives
+and the loop measures the host path alone. Layers, from the outside in: the public call (rosetta.<op>, step=None: the
 cached signature, allocation, the kernel launch; for a Triton step, its recorded launches replayed), the same with requires_grad inputs (an
 autograd.Function around the same kernels), the registered torch op (what torch.compile traces:
 step choice, checks, custom-op dispatch), the step choice alone (registry.select) and the raw
@@ -29,20 +32,23 @@ CASES = (("softmax", (8, 1000), torch.float32), ("matmul", (64, 64, 64), torch.b
          ("vector_add", (1000,), torch.float32), ("reduce_sum", (1000,), torch.float32))
 
 
-def host_us(fn, calls_: int = CALLS, rounds: int = ROUNDS) -> float:
-    """Median over `rounds` of the mean host time of `calls_` calls: one stall of the host (another
-    process, a garbage collection) moves one round, not the figure."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    means = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls_):
+def host_us_in_turns(fns: list, calls_: int = CALLS, rounds: int = ROUNDS) -> list[float]:
+    """Each fn's host time per call (us): `rounds` rounds, each timing every fn's `calls_` calls in
+    turns, and the median round's mean: one stall of the host (another process, a garbage
+    collection) moves one round, not the figure, and every layer sees the same moments."""
+    for fn in fns:
+        for _ in range(20):
             fn()
-        means.append((time.perf_counter() - start) / calls_ * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(means)
+    torch.cuda.synchronize()
+    means = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, mine in zip(fns, means):
+            start = time.perf_counter()
+            for _ in range(calls_):
+                fn()
+            mine.append((time.perf_counter() - start) / calls_ * 1e6)
+            torch.cuda.synchronize()
+    return [statistics.median(m) for m in means]
 
 
 def layers(op: str, shape, dtype, gen) -> list[tuple[str, str, float]]:
@@ -50,21 +56,21 @@ def layers(op: str, shape, dtype, gen) -> list[tuple[str, str, float]]:
     d = SPECS[op].forward
     inputs = d.make_inputs(shape, dtype, "cuda", gen)
     public = getattr(rosetta, op)
-    found = [("torch", "call", host_us(lambda: d.torch_expr(*inputs)))]
+    found = [("torch", "call", lambda: d.torch_expr(*inputs))]
     grad_inputs = tuple(t.detach().requires_grad_() for t in inputs) if SPECS[op].autograd else None
     if grad_inputs:
-        found.append(("torch", "call, requires_grad", host_us(lambda: d.torch_expr(*grad_inputs))))
+        found.append(("torch", "call, requires_grad", lambda: d.torch_expr(*grad_inputs)))
     for backend in rosetta.BACKENDS:
         v = rosetta.best(op, backend, dtype, inputs)
-        out = d.allocate(*inputs)
-        launch, _ = v.launcher("forward", inputs, out)
-        found += [(backend, f"call (step {v.step})", host_us(lambda: public(*inputs, backend=backend)))]
+        launch, _ = v.launcher("forward", inputs, d.allocate(*inputs))
+        found.append((backend, f"call (step {v.step})", lambda b=backend: public(*inputs, backend=b)))
         if grad_inputs:
-            found.append((backend, "call, requires_grad", host_us(lambda: public(*grad_inputs, backend=backend))))
-        found += [(backend, "registered torch op", host_us(lambda: calls.registered_call(op, backend, None, inputs))),
-                  (backend, "step choice (select)", host_us(lambda: registry.select(op, backend, None, dtype, inputs))),
-                  (backend, "raw launch", host_us(launch))]
-    return found
+            found.append((backend, "call, requires_grad", lambda b=backend: public(*grad_inputs, backend=b)))
+        found += [(backend, "registered torch op", lambda b=backend: calls.registered_call(op, b, None, inputs)),
+                  (backend, "step choice (select)", lambda b=backend: registry.select(op, b, None, dtype, inputs)),
+                  (backend, "raw launch", launch)]
+    times = host_us_in_turns([fn for _, _, fn in found])
+    return [(backend, layer, us) for (backend, layer, _), us in zip(found, times)]
 
 
 def run(gen, env: dict, out_dir) -> str:
@@ -79,13 +85,13 @@ def run(gen, env: dict, out_dir) -> str:
             row = dict.fromkeys(results.COLUMNS)
             row.update(op=op, direction="forward", backend=backend, name=layer, label=f"{op}/{backend}/{layer}",
                        dtype=str(dtype).removeprefix("torch."), shape="x".join(map(str, shape)), role="overhead",
-                       layout="", status="ok", p50_ms=us / 1e3, timing=f"host clock, median of {ROUNDS} rounds of {CALLS} calls, no sync",
+                       layout="", status="ok", p50_ms=us / 1e3, timing=f"host clock, median of {ROUNDS} rounds of {CALLS} calls in turns, no sync",
                        git_sha=env["git_sha"])
             rows.append(row)
     results.write_rows(out_dir / "overhead.csv", rows, replace_all=True)
     table = "\n".join(lines)
     (out_dir / "overhead.md").write_text(
         "# Host cost per call\n\nGenerated by `python -m rosetta.bench --overhead` (bench/run/overhead.py says "
-        f"how): the median of {ROUNDS} rounds of {CALLS} calls on a tiny input, no synchronisation, host clock; run {env['git_sha']} on "
+        f"how): the median of {ROUNDS} rounds of {CALLS} calls on a tiny input, every layer of an input in turns, no synchronisation, host clock; run {env['git_sha']} on "
         f"{env['gpu']}.\n\n{table}\n")
     return table
