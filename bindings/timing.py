@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 import statistics
+import time
 
 import torch
 
@@ -173,3 +174,21 @@ def sustained(make_call, copies: int = 8, calls: int = 64) -> dict:
     graph = capture(lambda: [fns[i % copies]() for i in range(calls)])
     timing = time_calls(graph.replay, None, rep_ms=200)
     return {k: (v / calls if k.endswith("_ms") else v) for k, v in timing.items()} | {"timing": "sustained"}
+
+
+def host_in_turns(fns: list, counts: list[int], rounds: int) -> list[float]:
+    """Host wall time per call (seconds) of each fn: `rounds` rounds, fn i making counts[i] calls in
+    a loop once a round, every fn in turns, the GPU synchronised after each loop, and the median
+    round. For calls timed as the host sees them (a user's eager loop, a call's host cost): the
+    host's speed moves from second to second (other processes, garbage collections), so callers
+    timed one after another each see their own part of that drift; in turns they share each round,
+    and the median drops a round that stalled."""
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, count, mine in zip(fns, counts, times):
+            start = time.perf_counter()
+            for _ in range(count):
+                fn()
+            torch.cuda.synchronize()
+            mine.append((time.perf_counter() - start) / count)
+    return [statistics.median(t) for t in times]

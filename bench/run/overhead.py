@@ -15,13 +15,10 @@ kernel launch into a preallocated output (what the bench's graphs capture).
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 
 import rosetta
-from rosetta import calls, registry
+from rosetta import calls, registry, timing
 from rosetta.ops import SPECS
 
 from .. import results
@@ -33,22 +30,13 @@ CASES = (("softmax", (8, 1000), torch.float32), ("matmul", (64, 64, 64), torch.b
 
 
 def host_us_in_turns(fns: list, calls_: int = CALLS, rounds: int = ROUNDS) -> list[float]:
-    """Each fn's host time per call (us): `rounds` rounds, each timing every fn's `calls_` calls in
-    turns, and the median round's mean: one stall of the host (another process, a garbage
-    collection) moves one round, not the figure, and every layer sees the same moments."""
+    """Each fn's host time per call (us) after 20 warm-up calls: `rounds` rounds of `calls_` calls,
+    in turns, the median round (timing.host_in_turns)."""
     for fn in fns:
         for _ in range(20):
             fn()
     torch.cuda.synchronize()
-    means = [[] for _ in fns]
-    for _ in range(rounds):
-        for fn, mine in zip(fns, means):
-            start = time.perf_counter()
-            for _ in range(calls_):
-                fn()
-            mine.append((time.perf_counter() - start) / calls_ * 1e6)
-            torch.cuda.synchronize()
-    return [statistics.median(m) for m in means]
+    return [s * 1e6 for s in timing.host_in_turns(fns, [calls_] * len(fns), rounds)]
 
 
 def layers(op: str, shape, dtype, gen) -> list[tuple[str, str, float]]:

@@ -11,13 +11,12 @@ shows wherever it outweighs the kernel. bench.docs.suite_report turns the rows i
 """
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
 
 import rosetta
-from rosetta import calls, dispatch_table
+from rosetta import calls, dispatch_table, timing
 from rosetta.ops import SPECS
 
 from .. import results
@@ -124,34 +123,20 @@ def calls_per_round(fn) -> int:
     return int(min(EAGER_MAX_CALLS, max(10, EAGER_MIN_MS / EAGER_ROUNDS / max(one, 1e-3))))
 
 
-def round_ms(fn, count: int) -> float:
-    """Wall time per call of fn over `count` calls in a loop, synchronised once at the end: what a
-    user's loop sees, host cost and kernel together (the GPU queue overlaps them)."""
-    start = time.perf_counter()
-    for _ in range(count):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e3 / count
-
-
 def eager_in_turns(fns: list) -> list:
-    """Each fn's time per call (ms), or the exception it raised: EAGER_ROUNDS rounds, every fn once
-    a round in turns, the median round reported. The host's speed moves from second to second
-    (other processes, garbage collections): with one long loop per caller, torch's own bf16
-    64 x 16384 x 64 call measured 15.7 us in one H100 run and 90.6 in another, and one stall could
-    decide a ratio. In turns, torch's call and ours share each round's host, and the median drops
-    a round that stalled."""
-    counts, times = [], [[] for _ in fns]
+    """Each fn's time per call (ms) as a user's loop sees it (host cost and kernel together, the GPU
+    queue overlapping them), or the exception it raised: EAGER_ROUNDS rounds in turns, the median
+    round (timing.host_in_turns says why). With one long loop per caller, torch's own bf16
+    64 x 16384 x 64 call measured 15.7 us in one H100 run and 90.6 in another."""
+    counts = []
     for fn in fns:
         try:
             counts.append(calls_per_round(fn))
         except Exception as exc:  # reported in the table, not fatal to the suite
             counts.append(exc)
-    for _ in range(EAGER_ROUNDS):
-        for i, fn in enumerate(fns):
-            if isinstance(counts[i], int):
-                times[i].append(round_ms(fn, counts[i]))
-    return [c if isinstance(c, Exception) else statistics.median(t) for c, t in zip(counts, times)]
+    timed = [i for i, c in enumerate(counts) if isinstance(c, int)]
+    seconds = dict(zip(timed, timing.host_in_turns([fns[i] for i in timed], [counts[i] for i in timed], EAGER_ROUNDS)))
+    return [c if isinstance(c, Exception) else seconds[i] * 1e3 for i, c in enumerate(counts)]
 
 
 def eager_rows(group: suite.Group, gen, sha: str) -> list[dict]:
