@@ -10,6 +10,8 @@
 //   pick_long_tile              the tiles of step 2 and, past 8,192 columns, clusters of them
 //   sum_partials                the partial rows summed: a dependent launch, wide and unrolled
 //   launch_rows                 plain or cluster launch of a persistent grid, sized to the machine
+//   launch_forward_rows         the forward's grid: a row ahead in a persistent grid, or, over many
+//                               waves of rows, none and a block per row group
 // Nothing here changes step 2's pieces in norm.cuh; sums stay fp32 and their order fixed.
 #pragma once
 
@@ -298,6 +300,18 @@ int64_t resident_groups(Kernel kernel, int threads, int ranks, cudaStream_t stre
 }
 
 // groups x ranks CTAs of `threads`, as clusters of `ranks` when ranks > 1.
+// The forward's two grids. `ahead` (the kernel with the next row in flight) runs as many blocks
+// as fit at once, each walking its rows. `alone` (no row ahead: fewer registers, more blocks an
+// SM; nullptr where the tile has none) runs one block per row group where the rows make at least
+// kAloneWaves waves of it; then the hardware's block scheduler keeps the SMs fed. Measured on
+// H100 (bench/ablations/norm_03_lean.py, layer_norm bf16, GB/s): at 16384 x 8192 and 32768 x 4096
+// (41 waves) alone 2,975 and 2,963 against 2,818 and 2,797 ahead; at 4096 x 8192 (10 waves)
+// 2,897 both; at 4096^2 (5 waves) 2,789 against 2,897. The same alone kernel in the persistent
+// grid measured 2,773-2,804: the grid, not the registers alone, is what pays.
+constexpr int64_t kAloneWaves = 12;
+template <int kGroup, int kElems, int kRanks>
+constexpr bool kMayRunAlone = kGroup > 32 && kElems == 16 && kRanks == 1;  // block tiles of 16 values
+
 template <typename Kernel, typename... Args>
 cudaError_t launch_rows(Kernel kernel, int64_t groups, int ranks, int threads, cudaStream_t stream, Args... args) {
   cudaLaunchAttribute cluster_dim{};
@@ -310,6 +324,18 @@ cudaError_t launch_rows(Kernel kernel, int64_t groups, int ranks, int threads, c
   config.attrs = &cluster_dim;
   config.numAttrs = ranks > 1 ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+template <typename Kernel, typename... Args>
+cudaError_t launch_forward_rows(Kernel ahead, Kernel alone, int threads, int ranks, int64_t rows_per_block,
+                                int64_t rows, cudaStream_t stream, Args... args) {
+  const int64_t blocks = ceil_div(rows, rows_per_block);
+  if (alone != nullptr) {
+    const int64_t fit = resident_groups(alone, threads, 1, stream);
+    if (fit > 0 && blocks >= kAloneWaves * fit) return launch_rows(alone, blocks, 1, threads, stream, args...);
+  }
+  const int64_t groups = std::min(blocks, resident_groups(ahead, threads, ranks, stream));
+  return groups <= 0 ? cudaErrorInvalidConfiguration : launch_rows(ahead, groups, ranks, threads, stream, args...);
 }
 
 // The backward's row split over persistent groups (a CTA, or a cluster of `ranks`): `groups`

@@ -89,6 +89,23 @@ struct Ring {
     for (int k = 0; k < kTensors; ++k) sm90::bulk_load(buffer(j, k), w[k].src, w[k].bytes, bar);
   }
   __device__ __forceinline__ void wait(int64_t j) const { sm90::mbarrier_wait(&full[j % kDepth], uint32_t(j / kDepth) & 1u); }
+
+  // Row j of the chunk, one start per tensor (x; or x and dy), as `rows_of(j)` names it.
+  struct Sources {
+    const T* rows[kTensors];
+  };
+  // Thread 0: the chunk's first rows (up to kDepth of its n) into the ring.
+  template <bool kWhole, typename RowsOf>
+  __device__ __forceinline__ void prime(int64_t n, RowsOf rows_of, int64_t cols) const {
+    if (threadIdx.x == 0)
+      for (int64_t j = 0; j < (n < kDepth ? n : kDepth); ++j) fill<kWhole>(j, rows_of(j).rows, cols);
+  }
+  // Thread 0, after row j's barrier (every thread has read buffer j): the buffer takes row
+  // j + kDepth, if the chunk has one.
+  template <bool kWhole, typename RowsOf>
+  __device__ __forceinline__ void refill(int64_t j, int64_t n, RowsOf rows_of, int64_t cols) const {
+    if (threadIdx.x == 0 && j + kDepth < n) fill<kWhole>(j + kDepth, rows_of(j + kDepth).rows, cols);
+  }
 };
 
 template <int kThreads, int kElems, typename T, int kTensors>

@@ -12,6 +12,10 @@ Changed:  rms_norm step 3's idea. (1) persistent groups (as many blocks as fit a
           the chunk, writes its partial rows with 16-byte stores, masks padding one compare a
           vector and forms dx in two FFMAs an element. (4) the partial rows are summed by a
           wider kernel (32 columns x 32 slices a block) launched as a programmatic dependent.
+          (5) forward, where the rows make 12 or more waves of blocks, a block tile of 16 values
+          drops the row ahead and the persistent grid: one block per row group, each row loaded
+          when its turn comes, 16-bit tiles held to 40 registers (3 CTAs of 512 or 6 of 256 an
+          SM, one row each, where the row ahead fits 2 or 4); norm::launch_forward_rows decides.
 Why:      measured before this change (H100, GB/s; bf16): forward 4096^2 2,672, 16384x8192 2,859,
           32768x4096 2,843, 4096x32768 2,569, 32768x2048 2,523, fp32 4096^2 2,899; backward
           4096^2 1,555, 16384x8192 2,398, 32768x4096 2,501, 4096x32768 2,179, fp32 4096^2 2,533,
@@ -27,7 +31,16 @@ Why:      measured before this change (H100, GB/s; bf16): forward 4096^2 2,672, 
           (6 CTAs an SM, was 5 at 47). Predicted: forward 4096^2 ~2,850, 16384x8192 and
           32768x4096 ~2,930, 4096x32768 ~2,800, 32768x2048 ~2,800, fp32 4096^2 ~2,950; backward
           4096^2 ~1,900, 16384x8192 ~2,550, 32768x4096 ~2,650, 4096x32768 ~2,300, fp32 4096^2
-          ~2,730.
+          ~2,730. (5): with (1)-(4) the forward stayed 3-6% under rms_norm's step 2 on the large
+          bf16 shapes (2,882 against 3,037 at 16384 x 8192). The persistent grid alone was not
+          why (bench/ablations/norm_03_grid.py: one block per row group at 64 registers measured
+          6-9% slower); one block per row group at 40 registers was, where rows are many
+          (bench/ablations/norm_03_lean.py, same run, GB/s, ahead -> alone): 16384 x 8192 2,818
+          -> 2,975, 32768 x 4096 2,797 -> 2,963, fp16 16384 x 8192 2,842 -> 2,998, fp32 4096^2
+          2,871 -> 2,964 (15 waves), while at 4096 x 8192 (10 waves) 2,897 both and at 4096^2 (5
+          waves) 2,897 -> 2,789: there the pipeline still pays. The alone kernel in the
+          persistent grid measured 2,773-2,804. Predicted: forward 16384 x 8192 and 32768 x 4096
+          ~2,970, fp32 4096^2 ~2,960, the rest unchanged.
 Still:    one CTA per SM where a backward tile needs more than 64 registers a thread (512 x 16
           tiles and the clusters, 256 x 16 at two): its barriers are covered by the next row
           alone. fp32 tiles of 16 values run x alone ahead (x and dy both spill); the fp32
@@ -36,13 +49,10 @@ Still:    one CTA per SM where a backward tile needs more than 64 registers a th
           groups partial rows through L2: at 4096^2 that and the pipeline's fill are most of
           what is left. The shifted sums' rounding is ~eps (var + (mean - k0)^2): a first element
           far out in the row's tail costs precision (x[0] = 1e3 over randn, 4,096 columns: rstd
-          off by ~1e-4 relative, where Welford or two passes stay at ~1e-7). The forward stays
-          3-6% under rms_norm's step 2 on the large bf16 shapes (H100: 2,882 against 3,037 GB/s
-          at 16384 x 8192), and the persistent grid is not why (bench/ablations/norm_03_grid.py):
-          one block per row group measured 6-9% slower at 4096^2 and 16384 x 8192 and 25% at
-          4096 x 32768, twice the resident blocks within 1.5% either way. Registers are the
-          likelier cause (ptxas, sm_90): the 512 x 16 and 256 x 16 bf16 tiles take 64 here (2 or
-          4 CTAs an SM) where rms_norm's step 2 takes 40 (3 or 6): a third fewer rows in flight.
+          off by ~1e-4 relative, where Welford or two passes stay at ~1e-7). Why one block per
+          row beats a persistent block walking rows with the same kernel and occupancy is
+          measured, not explained (a guess: rows in flight stay neighbours in DRAM). The
+          forward's rows of 32k columns (clusters) keep the row ahead at 2,763 GB/s.
 Limits:   rows past 65,536 elements (8 CTAs x 8,192) are refused before launch (`Max: cols`):
           clusters of more than 8 CTAs need an opt-in and whole GPCs. Workspace (backward):
           2 x groups x cols fp32, groups <= the CTAs (or clusters) resident at once.
@@ -63,12 +73,14 @@ using rosetta::warp_sum;
 // A group of kGroup threads per row: a warp (kGroup 32, kWarpRows rows a block) or the block;
 // a row of a cluster is kRanks such blocks.
 template <int kGroup> constexpr int kBlockThreads = kGroup == 32 ? 32 * kWarpRows : kGroup;
-// The forward's 16-bit block tiles on the whole-vector path are held to 64 registers (2 CTAs of
-// 512 or 4 of 256 an SM, two rows in flight each), the 256 x 8 tile to 40 (6 CTAs; at 32 it
-// spills, unbound it took 48: 5). fp32 tiles and the element-wise path spill under 64 and stay
-// unbound.
-template <typename T, int kGroup, int kElems, bool kWhole>
-constexpr int kForwardMinBlocks = kGroup == 32 || !kWhole || sizeof(T) == 4 ? 1 : kElems == 8 ? 6 : 1024 / kGroup;
+// The forward's 16-bit block tiles on the whole-vector path are held to 64 registers with a row
+// ahead (2 CTAs of 512 or 4 of 256 an SM, two rows in flight each) and to 40 without (3 or 6, one
+// row each), the 256 x 8 tile to 40 (6 CTAs; at 32 it spills, unbound it took 48: 5). fp32 tiles
+// and the element-wise path spill under 64 and stay unbound.
+template <typename T, int kGroup, int kElems, bool kWhole, bool kAhead>
+constexpr int kForwardMinBlocks = kGroup == 32 || !kWhole || sizeof(T) == 4 ? 1
+                                  : kElems == 8                              ? 6
+                                                                             : (kAhead ? 1024 : 1536) / kGroup;
 
 // A row's two sums (forward: of d and d^2, d = x - x[row][0]; backward: of g and of g * xhat):
 // the two shuffle trees side by side for a warp group, else the warp pairs through the exchange
@@ -87,9 +99,11 @@ __device__ __forceinline__ float2 row_sums(float2 v, const nm::Exchange<kGroup /
 }
 
 // Group g of block b takes rows b * kGroups + g, then every (groups x kGroups)-th; a cluster's
-// CTAs share rows and a CTA's columns start at rank x slice.
-template <typename T, int kGroup, int kElems, int kRanks, bool kWhole>
-__global__ void __launch_bounds__(kBlockThreads<kGroup>, kForwardMinBlocks<T, kGroup, kElems, kWhole>)
+// CTAs share rows and a CTA's columns start at rank x slice. kAhead: the next row's loads are in
+// flight while this one is reduced (the persistent grid); otherwise each row is loaded when its
+// turn comes (a grid of one block per row group: the loop runs once).
+template <typename T, int kGroup, int kElems, int kRanks, bool kWhole, bool kAhead>
+__global__ void __launch_bounds__(kBlockThreads<kGroup>, kForwardMinBlocks<T, kGroup, kElems, kWhole, kAhead>)
 layer_norm_rows(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, const T* __restrict__ b,
                 T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int64_t rows, int64_t cols,
                 float eps, float inv_cols) {
@@ -114,7 +128,7 @@ layer_norm_rows(const T* __restrict__ x, int64_t x_stride, const T* __restrict__
   // row and kept as loaded (converting it here would wait for the load).
   Next next;
   T next_k{};
-  if (row < rows) {
+  if (kAhead && row < rows) {
     next.template load<kWhole>(xs + row * x_stride, n, t);
     next_k = x[row * x_stride];
   }
@@ -122,11 +136,17 @@ layer_norm_rows(const T* __restrict__ x, int64_t x_stride, const T* __restrict__
   // kGroups == 1: the row is uniform over the block (and the cluster), so the barriers are safe.
   for (unsigned it = 0; row < rows; row += step, ++it) {
     Row r;
-    next.unpack(r);
-    const float k0 = rosetta::to_float(next_k);
-    if (row + step < rows) {  // in flight from here
-      next.template load<kWhole>(xs + (row + step) * x_stride, n, t);
-      next_k = x[(row + step) * x_stride];
+    float k0;
+    if constexpr (kAhead) {
+      next.unpack(r);
+      k0 = rosetta::to_float(next_k);
+      if (row + step < rows) {  // in flight from here
+        next.template load<kWhole>(xs + (row + step) * x_stride, n, t);
+        next_k = x[(row + step) * x_stride];
+      }
+    } else {
+      r.template load<kWhole>(xs + row * x_stride, n, t);
+      k0 = rosetta::to_float(x[row * x_stride]);
     }
     // One pass, two sums about k0: of d = x - k0 and of d^2 (padding left out: it is 0, not k0).
     float s1 = 0.0f, s2 = 0.0f;
@@ -279,13 +299,14 @@ cudaError_t layer_norm_03_pipelined_rows(const rosetta::LayerNormArgs& a, cudaSt
       constexpr int kGroup = decltype(group)::value, kRanks = decltype(ranks)::value;
       constexpr int kThreads = kBlockThreads<kGroup>;
       nm::by_path(whole, [&](auto w_) {
-        const auto kernel = layer_norm_rows<T, kGroup, decltype(elems)::value, kRanks, decltype(w_)::value>;
-        const int64_t resident = nm::resident_groups(kernel, kThreads, kRanks, stream);
-        const int64_t groups = std::min(rosetta::ceil_div(rows, kThreads / kGroup), resident);
-        status = groups <= 0 ? cudaErrorInvalidConfiguration
-                             : nm::launch_rows(kernel, groups, kRanks, kThreads, stream, x, a.x.stride[0], w, b, y,
-                                               a.mean.ptr<float>(), a.rstd.ptr<float>(), rows, cols, float(a.eps),
-                                               1.0f / float(cols));
+        constexpr int kElems = decltype(elems)::value;
+        constexpr bool kW = decltype(w_)::value;
+        auto* ahead = layer_norm_rows<T, kGroup, kElems, kRanks, kW, true>;
+        decltype(ahead) alone = nullptr;
+        if constexpr (nm::kMayRunAlone<kGroup, kElems, kRanks>) alone = layer_norm_rows<T, kGroup, kElems, kRanks, kW, false>;
+        status = nm::launch_forward_rows(ahead, alone, kThreads, kRanks, kThreads / kGroup, rows, stream, x,
+                                         a.x.stride[0], w, b, y, a.mean.ptr<float>(), a.rstd.ptr<float>(), rows,
+                                         cols, float(a.eps), 1.0f / float(cols));
       });
     };
     fits = nm::pick_long_tile<T, false>(

@@ -58,11 +58,10 @@ layer_norm_ring(const T* __restrict__ x, int64_t x_stride, const T* __restrict__
   const int t = threadIdx.x;
   const int64_t first = int64_t(blockIdx.x) * chunk, n = std::min(rows, first + chunk) - first;
   nm::open_ring(ring);
-  if (t == 0)
-    for (int64_t j = 0; j < std::min<int64_t>(n, ring.kDepth); ++j) {
-      const T* const src[1] = {x + (first + j) * x_stride};
-      ring.template fill<kWhole>(j, src, cols);
-    }
+  const auto rows_of = [&](int64_t j) {  // chunk row j's x
+    return typename decltype(ring)::Sources{{x + (first + j) * x_stride}};
+  };
+  ring.template prime<kWhole>(n, rows_of, cols);
   const bool wvec = aligned16(w), bvec = aligned16(b);
   Vec16<T> wv[Row::kVecs], bv[Row::kVecs];  // the same every row: loaded once, kept packed
 #pragma unroll
@@ -88,10 +87,7 @@ layer_norm_ring(const T* __restrict__ x, int64_t x_stride, const T* __restrict__
         s2 = fmaf(d, d, s2);
       }
     const float2 sums = nm::block_sums<kThreads>(make_float2(s1, s2), xchg, j);
-    if (t == 0 && j + ring.kDepth < n) {  // every thread has read buffer j: refill it
-      const T* const src[1] = {x + (row + ring.kDepth) * x_stride};
-      ring.template fill<kWhole>(j + ring.kDepth, src, cols);
-    }
+    ring.template refill<kWhole>(j, n, rows_of, cols);  // every thread has read buffer j
     const float dm = sums.x * inv_cols, m = k0 + dm;
     const float v = fmaf(-dm, dm, sums.y * inv_cols);
     const float rs = rsqrtf((v < 0.0f ? 0.0f : v) + eps);  // NaN in, NaN row out
@@ -122,11 +118,10 @@ layer_norm_backward_ring(const T* __restrict__ x, int64_t x_stride, const T* __r
   const int t = threadIdx.x;
   const int64_t first = int64_t(blockIdx.x) * chunk, n = std::min(rows, first + chunk) - first;
   nm::open_ring(ring);
-  if (t == 0)
-    for (int64_t j = 0; j < std::min<int64_t>(n, ring.kDepth); ++j) {
-      const T* const src[2] = {x + (first + j) * x_stride, dy + (first + j) * dy_stride};
-      ring.template fill<kWhole>(j, src, cols);
-    }
+  const auto rows_of = [&](int64_t j) {  // chunk row j's x and dy
+    return typename decltype(ring)::Sources{{x + (first + j) * x_stride, dy + (first + j) * dy_stride}};
+  };
+  ring.template prime<kWhole>(n, rows_of, cols);
   const bool wvec = aligned16(w);
   Vec16<T> wv[Row::kVecs];
 #pragma unroll
@@ -156,10 +151,7 @@ layer_norm_backward_ring(const T* __restrict__ x, int64_t x_stride, const T* __r
         sums.y += gr.v[i][k] * xr.v[i][k];
       }
     sums = nm::block_sums<kThreads>(sums, xchg, j);
-    if (t == 0 && j + ring.kDepth < n) {  // every thread has read buffer j: refill it
-      const T* const src[2] = {x + (row + ring.kDepth) * x_stride, dy + (row + ring.kDepth) * dy_stride};
-      ring.template fill<kWhole>(j + ring.kDepth, src, cols);
-    }
+    ring.template refill<kWhole>(j, n, rows_of, cols);  // every thread has read buffer j
     const float a = -rs * (sums.y / float(cols)), b0 = -rs * (sums.x / float(cols));
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)

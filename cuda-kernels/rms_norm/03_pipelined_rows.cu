@@ -16,6 +16,10 @@ Changed:  (1) persistent groups: as many blocks as fit on the machine at once, e
           16-byte stores (norm::store_partial). (4) the partial rows are summed by a wider kernel
           (32 columns x 32 slices a block, 8 loads in flight a thread) launched as a
           programmatic dependent of the backward, so its launch overlaps the backward's tail.
+          (5) forward, where the rows make 12 or more waves of blocks, a block tile of 16 values
+          drops the row ahead and the persistent grid: one block per row group, 16-bit tiles
+          held to 40 registers (3 CTAs of 512 or 6 of 256 an SM where the row ahead fits 2 or
+          4); norm::launch_forward_rows decides.
 Why:      step 2's block waits, alone, through its row's load latency and then through its
           barriers; only other resident blocks cover either. With the next row already in
           flight, each SM keeps 16-32 KB of loads outstanding through the barrier (Little's law
@@ -29,12 +33,22 @@ Why:      step 2's block waits, alone, through its row's load latency and then t
           multiply by 1/cols (a kernel argument); 256 x 8 backward tiles drop to 64 registers
           (4 CTAs an SM, was 3). Predicted backward: 4096^2 ~2,420, 16384x8192 ~2,920,
           32768x4096 ~2,900, 4096x32768 ~2,600, 2048x32768 ~2,470, 32768x2048 ~2,850, fp32
-          4096^2 ~2,990; forward unchanged.
+          4096^2 ~2,990; forward unchanged. (5): the forward stayed under step 2 on the large
+          bf16 shapes, which is the kernel without a row ahead, one block per row. Measured in
+          one run (bench/ablations/norm_03_lean.py, GB/s, this step -> step 2): 16384 x 8192
+          2,881 -> 2,993, 32768 x 4096 2,832 -> 2,982, fp16 16384 x 8192 2,873 -> 2,996, where
+          at 4096^2 both took 2,933 and at 4096 x 8192 2,919 -> 2,975; layer_norm's step 3,
+          the same switch made to it, measured 16384 x 8192 2,818 -> 2,975 and 4096^2 (5 waves)
+          2,897 -> 2,789. Predicted: forward 16384 x 8192 and 32768 x 4096 ~2,990, the rest
+          unchanged.
 Still:    one CTA per SM where a backward tile needs more than 64 registers a thread (512 x 16
           tiles and the clusters): its barriers are covered by the next row alone. fp32 tiles
           of 16 values run x alone ahead (x and dy both spill). dweight still takes a second
           kernel and a round trip of partial rows through L2: at 4096^2 (16 rows a CTA) that,
-          the pipeline's fill and its drain are ~8 us of ~41, short of 2,700.
+          the pipeline's fill and its drain are ~8 us of ~41, short of 2,700. Why one block per
+          row beats a persistent block walking rows with the same kernel and occupancy, on many
+          waves of rows, is measured, not explained (a guess: rows in flight stay neighbours in
+          DRAM).
 Limits:   rows past 65,536 elements (8 CTAs x 8,192) are refused before launch (`Max: cols`):
           clusters of more than 8 CTAs need an opt-in and whole GPCs. Workspace (backward):
           groups x cols fp32, groups <= the CTAs (or clusters) resident at once.
@@ -54,9 +68,11 @@ using rosetta::Vec16;
 // A group of kGroup threads per row: a warp (kGroup 32, kWarpRows rows a block) or the block;
 // a row of a cluster is kRanks such blocks.
 template <int kGroup> constexpr int kBlockThreads = kGroup == 32 ? 32 * kWarpRows : kGroup;
-// The forward's block tiles are held to 64 registers (2 CTAs of 512 or 4 of 256 an SM, two rows in
-// flight each; no spills, checked by ptxas): unbound, fp32 tiles took 66-80.
-template <int kGroup> constexpr int kForwardMinBlocks = kGroup == 32 ? 1 : 1024 / kGroup;
+// The forward's block tiles are held to 64 registers with a row ahead (2 CTAs of 512 or 4 of 256
+// an SM, two rows in flight each; no spills, checked by ptxas): unbound, fp32 tiles took 66-80.
+// Without, 16-bit tiles are held to 40 (3 or 6 CTAs, one row each).
+template <typename T, int kGroup, bool kAhead>
+constexpr int kForwardMinBlocks = kGroup == 32 ? 1 : (kAhead || sizeof(T) == 4 ? 1024 : 1536) / kGroup;
 
 // The row's sum of one value a thread: shuffles for a warp group, else the warp partials through
 // the exchange (its one barrier). Every thread gets the same bits.
@@ -71,9 +87,11 @@ __device__ __forceinline__ float row_sum(float v, const nm::Exchange<kGroup / 32
 }
 
 // Group g of block b takes rows b * kGroups + g, then every (groups x kGroups)-th; a cluster's
-// CTAs share rows and a CTA's columns start at rank x slice.
-template <typename T, int kGroup, int kElems, int kRanks, bool kWhole>
-__global__ void __launch_bounds__(kBlockThreads<kGroup>, kForwardMinBlocks<kGroup>)
+// CTAs share rows and a CTA's columns start at rank x slice. kAhead: the next row's loads are in
+// flight while this one is reduced (the persistent grid); otherwise each row is loaded when its
+// turn comes (a grid of one block per row group: the loop runs once).
+template <typename T, int kGroup, int kElems, int kRanks, bool kWhole, bool kAhead>
+__global__ void __launch_bounds__(kBlockThreads<kGroup>, kForwardMinBlocks<T, kGroup, kAhead>)
 rms_norm_rows(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, T* __restrict__ y,
               float* __restrict__ rstd, int64_t rows, int64_t cols, float eps) {
   constexpr int kGroups = kBlockThreads<kGroup> / kGroup, kWarps = kGroup / 32;
@@ -93,13 +111,17 @@ rms_norm_rows(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w
   int64_t row = int64_t(blockIdx.x / kRanks) * kGroups + threadIdx.x / kGroup;
   xchg.open();
   Next next;
-  if (row < rows) next.template load<kWhole>(xs + row * x_stride, n, t);
+  if (kAhead && row < rows) next.template load<kWhole>(xs + row * x_stride, n, t);
   if constexpr (kRanks > 1) nm::cluster_wait();  // every peer has started: its slots exist
   // kGroups == 1: the row is uniform over the block (and the cluster), so the barriers are safe.
   for (unsigned it = 0; row < rows; row += step, ++it) {
     Row r;
-    next.unpack(r);
-    if (row + step < rows) next.template load<kWhole>(xs + (row + step) * x_stride, n, t);  // in flight from here
+    if constexpr (kAhead) {
+      next.unpack(r);
+      if (row + step < rows) next.template load<kWhole>(xs + (row + step) * x_stride, n, t);  // in flight from here
+    } else {
+      r.template load<kWhole>(xs + row * x_stride, n, t);
+    }
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
@@ -223,12 +245,13 @@ cudaError_t rms_norm_03_pipelined_rows(const rosetta::RmsNormArgs& a, cudaStream
       constexpr int kGroup = decltype(group)::value, kRanks = decltype(ranks)::value;
       constexpr int kThreads = kBlockThreads<kGroup>;
       nm::by_path(whole, [&](auto w_) {
-        const auto kernel = rms_norm_rows<T, kGroup, decltype(elems)::value, kRanks, decltype(w_)::value>;
-        const int64_t resident = nm::resident_groups(kernel, kThreads, kRanks, stream);
-        const int64_t groups = std::min(rosetta::ceil_div(rows, kThreads / kGroup), resident);
-        status = groups <= 0 ? cudaErrorInvalidConfiguration
-                             : nm::launch_rows(kernel, groups, kRanks, kThreads, stream, x, a.x.stride[0], w, y,
-                                               a.rstd.ptr<float>(), rows, cols, float(a.eps));
+        constexpr int kElems = decltype(elems)::value;
+        constexpr bool kW = decltype(w_)::value;
+        auto* ahead = rms_norm_rows<T, kGroup, kElems, kRanks, kW, true>;
+        decltype(ahead) alone = nullptr;
+        if constexpr (nm::kMayRunAlone<kGroup, kElems, kRanks>) alone = rms_norm_rows<T, kGroup, kElems, kRanks, kW, false>;
+        status = nm::launch_forward_rows(ahead, alone, kThreads, kRanks, kThreads / kGroup, rows, stream, x,
+                                         a.x.stride[0], w, y, a.rstd.ptr<float>(), rows, cols, float(a.eps));
       });
     };
     fits = nm::pick_long_tile<T, false>(

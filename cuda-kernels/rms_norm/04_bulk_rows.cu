@@ -50,11 +50,10 @@ rms_norm_ring(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w
   const int t = threadIdx.x;
   const int64_t first = int64_t(blockIdx.x) * chunk, n = std::min(rows, first + chunk) - first;
   nm::open_ring(ring);
-  if (t == 0)
-    for (int64_t j = 0; j < std::min<int64_t>(n, ring.kDepth); ++j) {
-      const T* const src[1] = {x + (first + j) * x_stride};
-      ring.template fill<kWhole>(j, src, cols);
-    }
+  const auto rows_of = [&](int64_t j) {  // chunk row j's x
+    return typename decltype(ring)::Sources{{x + (first + j) * x_stride}};
+  };
+  ring.template prime<kWhole>(n, rows_of, cols);
   const bool wvec = aligned16(w);
   Vec16<T> wv[Row::kVecs];  // the same every row: loaded once, kept packed
 #pragma unroll
@@ -71,10 +70,7 @@ rms_norm_ring(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w
 #pragma unroll
       for (int k = 0; k < Row::V; ++k) ss += r.v[i][k] * r.v[i][k];  // padding: 0
     const float total = nm::block_sums<kThreads>(make_float2(ss, 0.0f), xchg, j).x;
-    if (t == 0 && j + ring.kDepth < n) {  // every thread has read buffer j: refill it
-      const T* const src[1] = {x + (row + ring.kDepth) * x_stride};
-      ring.template fill<kWhole>(j + ring.kDepth, src, cols);
-    }
+    ring.template refill<kWhole>(j, n, rows_of, cols);  // every thread has read buffer j
     const float s = rsqrtf(total / float(cols) + eps);  // NaN in, NaN row out
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
@@ -103,11 +99,10 @@ rms_norm_backward_ring(const T* __restrict__ x, int64_t x_stride, const T* __res
   const int t = threadIdx.x;
   const int64_t first = int64_t(blockIdx.x) * chunk, n = std::min(rows, first + chunk) - first;
   nm::open_ring(ring);
-  if (t == 0)
-    for (int64_t j = 0; j < std::min<int64_t>(n, ring.kDepth); ++j) {
-      const T* const src[2] = {x + (first + j) * x_stride, dy + (first + j) * dy_stride};
-      ring.template fill<kWhole>(j, src, cols);
-    }
+  const auto rows_of = [&](int64_t j) {  // chunk row j's x and dy
+    return typename decltype(ring)::Sources{{x + (first + j) * x_stride, dy + (first + j) * dy_stride}};
+  };
+  ring.template prime<kWhole>(n, rows_of, cols);
   const bool wvec = aligned16(w);
   Vec16<T> wv[Row::kVecs];
 #pragma unroll
@@ -134,10 +129,7 @@ rms_norm_backward_ring(const T* __restrict__ x, int64_t x_stride, const T* __res
         dot += gr.v[i][k] * xr.v[i][k];
       }
     const float c = s * s * inv_cols * nm::block_sums<kThreads>(make_float2(dot, 0.0f), xchg, j).x;
-    if (t == 0 && j + ring.kDepth < n) {  // every thread has read buffer j: refill it
-      const T* const src[2] = {x + (row + ring.kDepth) * x_stride, dy + (row + ring.kDepth) * dy_stride};
-      ring.template fill<kWhole>(j + ring.kDepth, src, cols);
-    }
+    ring.template refill<kWhole>(j, n, rows_of, cols);  // every thread has read buffer j
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
 #pragma unroll
