@@ -37,10 +37,11 @@ Why:      measured before this change (H100, GB/s; bf16): forward 4096^2 2,672, 
           6-9% slower); one block per row group at 40 registers was, where rows are many
           (bench/ablations/norm_03_lean.py, same run, GB/s, ahead -> alone): 16384 x 8192 2,818
           -> 2,975, 32768 x 4096 2,797 -> 2,963, fp16 16384 x 8192 2,842 -> 2,998, fp32 4096^2
-          2,871 -> 2,964 (15 waves), while at 4096 x 8192 (10 waves) 2,897 both and at 4096^2 (5
-          waves) 2,897 -> 2,789: there the pipeline still pays. The alone kernel in the
-          persistent grid measured 2,773-2,804. Predicted: forward 16384 x 8192 and 32768 x 4096
-          ~2,970, fp32 4096^2 ~2,960, the rest unchanged.
+          2,871 -> 2,964 (10 waves of the fp32 tile's 3 CTAs of 256: under 12, so the rule keeps
+          the row ahead there), at 4096 x 8192 (10 waves) 2,897 both, and at 4096^2 (5 waves)
+          2,897 -> 2,789: there the pipeline still pays. The alone kernel in the persistent grid
+          measured 2,773-2,804. Predicted: forward 16384 x 8192 and 32768 x 4096 ~2,970, the
+          rest unchanged.
 Still:    one CTA per SM where a backward tile needs more than 64 registers a thread (512 x 16
           tiles and the clusters, 256 x 16 at two): its barriers are covered by the next row
           alone. fp32 tiles of 16 values run x alone ahead (x and dy both spill); the fp32
