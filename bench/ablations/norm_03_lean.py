@@ -13,7 +13,7 @@ norm_03_lean.patch (beside this file) adds a switch there, read on every call:
                              (the step before the rule)
   NORM_FWD=alone             the kernel without, one block per row group, whatever the rows
   NORM_FWD=alone_persistent  the kernel without, in the persistent grid
-Tiles with no kernel without a row ahead (warp tiles, 8 values a thread) run the committed step.
+Tiles with no kernel without a row ahead (warp tiles, clusters) run the committed step.
 
 On a GPU box, from the repository root:
   git apply bench/ablations/norm_03_lean.patch

@@ -104,7 +104,6 @@ TEST_SHAPES = (
     (300, 4097),  # many rows (several row chunks for the weight's partial sums), one past 4096
     (4800, 4104),  # rows for 12 waves of 512-thread blocks at 3 an SM: step 3's forward without a row ahead
     (4800, 4099),  # the same on the element-wise path (4099: no whole vectors)
-    (1200, 16392),  # 12 waves of clusters of 4 CTAs at 3 an SM: the clusters without a row ahead
     (7, 16384),  # a long row in registers (16 KB+ of fp32 a row)
     (2, 50000),  # longer than any register tile: the steps that loop over a row
     (1000, 64),  # many short rows: rows per program, warps per row

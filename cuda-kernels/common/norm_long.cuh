@@ -309,8 +309,8 @@ int64_t resident_groups(Kernel kernel, int threads, int ranks, cudaStream_t stre
 // 2,897 both; at 4096^2 (5 waves) 2,789 against 2,897. The same alone kernel in the persistent
 // grid measured 2,773-2,804: the grid, not the registers alone, is what pays.
 constexpr int64_t kAloneWaves = 12;
-template <int kGroup, int kElems>
-constexpr bool kMayRunAlone = kGroup > 32 && kElems == 16;  // block tiles of 16 values, clusters too
+template <int kGroup, int kElems, int kRanks>
+constexpr bool kMayRunAlone = kGroup > 32 && kElems == 16 && kRanks == 1;  // block tiles of 16 values
 
 template <typename Kernel, typename... Args>
 cudaError_t launch_rows(Kernel kernel, int64_t groups, int ranks, int threads, cudaStream_t stream, Args... args) {
@@ -331,8 +331,8 @@ cudaError_t launch_forward_rows(Kernel ahead, Kernel alone, int threads, int ran
                                 int64_t rows, cudaStream_t stream, Args... args) {
   const int64_t blocks = ceil_div(rows, rows_per_block);
   if (alone != nullptr) {
-    const int64_t fit = resident_groups(alone, threads, ranks, stream);
-    if (fit > 0 && blocks >= kAloneWaves * fit) return launch_rows(alone, blocks, ranks, threads, stream, args...);
+    const int64_t fit = resident_groups(alone, threads, 1, stream);
+    if (fit > 0 && blocks >= kAloneWaves * fit) return launch_rows(alone, blocks, 1, threads, stream, args...);
   }
   const int64_t groups = std::min(blocks, resident_groups(ahead, threads, ranks, stream));
   return groups <= 0 ? cudaErrorInvalidConfiguration : launch_rows(ahead, groups, ranks, threads, stream, args...);

@@ -13,10 +13,9 @@ Changed:  rms_norm step 3's idea. (1) persistent groups (as many blocks as fit a
           vector and forms dx in two FFMAs an element. (4) the partial rows are summed by a
           wider kernel (32 columns x 32 slices a block) launched as a programmatic dependent.
           (5) forward, where the rows make 12 or more waves of blocks, a block tile of 16 values
-          drops the row ahead and the persistent grid: one block per row group (past 8,192
-          columns one cluster per row), each row loaded when its turn comes, 16-bit tiles held
-          to 40 registers (3 CTAs of 512 or 6 of 256 an SM, one row each, where the row ahead
-          fits 2 or 4); norm::launch_forward_rows decides.
+          drops the row ahead and the persistent grid: one block per row group, each row loaded
+          when its turn comes, 16-bit tiles held to 40 registers (3 CTAs of 512 or 6 of 256 an
+          SM, one row each, where the row ahead fits 2 or 4); norm::launch_forward_rows decides.
 Why:      measured before this change (H100, GB/s; bf16): forward 4096^2 2,672, 16384x8192 2,859,
           32768x4096 2,843, 4096x32768 2,569, 32768x2048 2,523, fp32 4096^2 2,899; backward
           4096^2 1,555, 16384x8192 2,398, 32768x4096 2,501, 4096x32768 2,179, fp32 4096^2 2,533,
@@ -42,8 +41,7 @@ Why:      measured before this change (H100, GB/s; bf16): forward 4096^2 2,672, 
           the row ahead there), at 4096 x 8192 (10 waves) 2,897 both, and at 4096^2 (5 waves)
           2,897 -> 2,789: there the pipeline still pays. The alone kernel in the persistent grid
           measured 2,773-2,804. Predicted: forward 16384 x 8192 and 32768 x 4096 ~2,970, the
-          rest unchanged. Measured 3,016 and 3,005; then the clusters took the same rule: at
-          4096 x 32768 (41 waves of clusters of 4) 2,759 with the row ahead, predicted ~2,930.
+          rest unchanged.
 Still:    one CTA per SM where a backward tile needs more than 64 registers a thread (512 x 16
           tiles and the clusters, 256 x 16 at two): its barriers are covered by the next row
           alone. fp32 tiles of 16 values run x alone ahead (x and dy both spill); the fp32
@@ -54,7 +52,12 @@ Still:    one CTA per SM where a backward tile needs more than 64 registers a th
           far out in the row's tail costs precision (x[0] = 1e3 over randn, 4,096 columns: rstd
           off by ~1e-4 relative, where Welford or two passes stay at ~1e-7). Why one block per
           row beats a persistent block walking rows with the same kernel and occupancy is
-          measured, not explained (a guess: rows in flight stay neighbours in DRAM).
+          measured, not explained (a guess: rows in flight stay neighbours in DRAM). The
+          forward's clusters (rows past 8,192) keep the row ahead, 2,759 GB/s at 4096 x 32768:
+          under the same rule a cluster per row measured 2,577 there, 2,532 at 2048 x 32768
+          (2,730 ahead) and fp32 1024 x 16384 2,174 (2,851), not yet explained (a guess:
+          placing a cluster on a GPC costs more than a block)
+          (results/.../ablation_norm_03_cluster_alone.txt).
 Limits:   rows past 65,536 elements (8 CTAs x 8,192) are refused before launch (`Max: cols`):
           clusters of more than 8 CTAs need an opt-in and whole GPCs. Workspace (backward):
           2 x groups x cols fp32, groups <= the CTAs (or clusters) resident at once.
@@ -305,7 +308,7 @@ cudaError_t layer_norm_03_pipelined_rows(const rosetta::LayerNormArgs& a, cudaSt
         constexpr bool kW = decltype(w_)::value;
         auto* ahead = layer_norm_rows<T, kGroup, kElems, kRanks, kW, true>;
         decltype(ahead) alone = nullptr;
-        if constexpr (nm::kMayRunAlone<kGroup, kElems>) alone = layer_norm_rows<T, kGroup, kElems, kRanks, kW, false>;
+        if constexpr (nm::kMayRunAlone<kGroup, kElems, kRanks>) alone = layer_norm_rows<T, kGroup, kElems, kRanks, kW, false>;
         status = nm::launch_forward_rows(ahead, alone, kThreads, kRanks, kThreads / kGroup, rows, stream, x,
                                          a.x.stride[0], w, b, y, a.mean.ptr<float>(), a.rstd.ptr<float>(), rows,
                                          cols, float(a.eps), 1.0f / float(cols));

@@ -17,8 +17,8 @@ Changed:  (1) persistent groups: as many blocks as fit on the machine at once, e
           (32 columns x 32 slices a block, 8 loads in flight a thread) launched as a
           programmatic dependent of the backward, so its launch overlaps the backward's tail.
           (5) forward, where the rows make 12 or more waves of blocks, a block tile of 16 values
-          drops the row ahead and the persistent grid: one block per row group (past 8,192
-          columns one cluster per row), 16-bit tiles held to 40 registers (3 CTAs of 512 or 6 of 256 an SM where the row ahead fits 2 or
+          drops the row ahead and the persistent grid: one block per row group, 16-bit tiles
+          held to 40 registers (3 CTAs of 512 or 6 of 256 an SM where the row ahead fits 2 or
           4); norm::launch_forward_rows decides.
 Why:      step 2's block waits, alone, through its row's load latency and then through its
           barriers; only other resident blocks cover either. With the next row already in
@@ -40,8 +40,7 @@ Why:      step 2's block waits, alone, through its row's load latency and then t
           at 4096^2 both took 2,933 and at 4096 x 8192 2,919 -> 2,975; layer_norm's step 3,
           the same switch made to it, measured 16384 x 8192 2,818 -> 2,975 and 4096^2 (5 waves)
           2,897 -> 2,789. Predicted: forward 16384 x 8192 and 32768 x 4096 ~2,990, the rest
-          unchanged. Measured 3,037 and 3,036; then the clusters took the same rule: at 4096 x
-          32768 (41 waves of clusters of 4) 2,858 with the row ahead, predicted ~3,000.
+          unchanged.
 Still:    one CTA per SM where a backward tile needs more than 64 registers a thread (512 x 16
           tiles and the clusters): its barriers are covered by the next row alone. fp32 tiles
           of 16 values run x alone ahead (x and dy both spill). dweight still takes a second
@@ -49,7 +48,8 @@ Still:    one CTA per SM where a backward tile needs more than 64 registers a th
           the pipeline's fill and its drain are ~8 us of ~41, short of 2,700. Why one block per
           row beats a persistent block walking rows with the same kernel and occupancy, on many
           waves of rows, is measured, not explained (a guess: rows in flight stay neighbours in
-          DRAM).
+          DRAM). Clusters keep the row ahead: a cluster per row measured 2,742 GB/s at 4096 x
+          32768 against 2,858 (results/.../ablation_norm_03_cluster_alone.txt).
 Limits:   rows past 65,536 elements (8 CTAs x 8,192) are refused before launch (`Max: cols`):
           clusters of more than 8 CTAs need an opt-in and whole GPCs. Workspace (backward):
           groups x cols fp32, groups <= the CTAs (or clusters) resident at once.
@@ -250,7 +250,7 @@ cudaError_t rms_norm_03_pipelined_rows(const rosetta::RmsNormArgs& a, cudaStream
         constexpr bool kW = decltype(w_)::value;
         auto* ahead = rms_norm_rows<T, kGroup, kElems, kRanks, kW, true>;
         decltype(ahead) alone = nullptr;
-        if constexpr (nm::kMayRunAlone<kGroup, kElems>) alone = rms_norm_rows<T, kGroup, kElems, kRanks, kW, false>;
+        if constexpr (nm::kMayRunAlone<kGroup, kElems, kRanks>) alone = rms_norm_rows<T, kGroup, kElems, kRanks, kW, false>;
         status = nm::launch_forward_rows(ahead, alone, kThreads, kRanks, kThreads / kGroup, rows, stream, x,
                                          a.x.stride[0], w, y, a.rstd.ptr<float>(), rows, cols, float(a.eps));
       });
