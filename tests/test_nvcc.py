@@ -209,6 +209,37 @@ def test_sass_claims(compiled, source, kernel, claim):
     assert claim(ops), f"{source}: SASS does not show what the header claims:\n{' '.join(ops[:200])}"
 
 
+def registers(report, kernel_substring):
+    """Registers a thread (ptxas -v) of each kernel whose mangled name matches kernel_substring."""
+    found, name = {}, None
+    for line in report.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            name = m.group(1)
+        elif (m := re.search(r"Used (\d+) registers", line)) and name:
+            if fnmatch.fnmatchcase(name, f"*{kernel_substring}*"):
+                found[name] = int(m.group(1))
+            name = None
+    return found
+
+
+# Occupancy a header claims through a register count: (file, kernel, most registers a thread).
+# The norms' step 3 forward: "16-bit tiles held to 40 registers (3 CTAs of 512 or 6 of 256 an SM)"
+# without the row ahead, "held to 64 ... with a row ahead (2 CTAs of 512 or 4 of 256)".
+REGISTER_CLAIMS = [(f"{op}/03_pipelined_rows.cu", f"{op}_rowsI{t}Li{threads}ELi16ELi1ELb1ELb{int(ahead)}E", most)
+                   for op in ("layer_norm", "rms_norm") for t in ("13__nv_bfloat16", "6__half")
+                   for threads in (256, 512) for ahead, most in ((False, 40), (True, 64))]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("source,kernel,most", REGISTER_CLAIMS, ids=[f"{c[1]}<={c[2]}" for c in REGISTER_CLAIMS])
+def test_register_claims(compiled, source, kernel, most):
+    _, report = compiled(cuda_build.CUDA_DIR / source)
+    found = registers(report, kernel)
+    assert found, f"no kernel matching {kernel!r} in {source}"
+    over = {n: r for n, r in found.items() if r > most}
+    assert not over, f"{source}: the header claims at most {most} registers a thread: {over}"
+
+
 def test_survey_fma_kernel_is_ffma(tmp_path, generated):
     """The FP32 peak microbenchmark must run FFMA: 16 x 8 of them in its loop body."""
     if NVCC is None or CUOBJDUMP is None:
