@@ -106,6 +106,7 @@ TEST_SHAPES = (
     (4800, 4099),  # the same on the element-wise path (4099: no whole vectors)
     (7, 16384),  # a long row in registers (16 KB+ of fp32 a row)
     (2, 50000),  # longer than any register tile: the steps that loop over a row
+    (300, 20001),  # a cluster of 4 over odd rows of 10 a cluster: its last CTA's slice empty, ring refills
     (1000, 64),  # many short rows: rows per program, warps per row
     (0, 100),  # zero rows: empty outputs, the weight's gradient zero
 )

@@ -9,7 +9,7 @@
 //                               in a fixed order by every warp alike
 //   pick_long_tile              the tiles of step 2 and, past 8,192 columns, clusters of them
 //   sum_partials                the partial rows summed: a dependent launch, wide and unrolled
-//   launch_rows                 plain or cluster launch of a persistent grid, sized to the machine
+//   launch_rows, launch_groups  plain or cluster launch of a persistent grid, sized to the machine
 //   launch_forward_rows         the forward's grid: a row ahead in a persistent grid, or, over many
 //                               waves of rows, none and a block per row group
 // Nothing here changes step 2's pieces in norm.cuh; sums stay fp32 and their order fixed.
@@ -276,13 +276,13 @@ cudaError_t launch_sum_partials(const float* partial, int64_t parts, int64_t col
 // ---------------------------------------------------------------------------------------------
 // Host: persistent grids
 
-// How many groups of `ranks` CTAs of `threads` fit on the machine at once (a CTA per group when
-// ranks is 1). 0: none fits (the launch would fail).
+// How many groups of `ranks` CTAs of `threads` (each with `smem` bytes of dynamic shared memory)
+// fit on the machine at once (a CTA per group when ranks is 1). 0: none fits (the launch would fail).
 template <typename Kernel>
-int64_t resident_groups(Kernel kernel, int threads, int ranks, cudaStream_t stream) {
+int64_t resident_groups(Kernel kernel, int threads, int ranks, cudaStream_t stream, size_t smem = 0) {
   if (ranks == 1) {
     int per_sm = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
     return int64_t(per_sm) * sm_count();
   }
   cudaLaunchAttribute cluster_dim{};
@@ -291,6 +291,7 @@ int64_t resident_groups(Kernel kernel, int threads, int ranks, cudaStream_t stre
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(ranks));
   config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = smem;
   config.stream = stream;  // a query only; the launch's own stream (never the legacy one while capturing)
   config.attrs = &cluster_dim;
   config.numAttrs = 1;
@@ -299,7 +300,6 @@ int64_t resident_groups(Kernel kernel, int threads, int ranks, cudaStream_t stre
   return clusters;
 }
 
-// groups x ranks CTAs of `threads`, as clusters of `ranks` when ranks > 1.
 // The forward's two grids. `ahead` (the kernel with the next row in flight) runs as many blocks
 // as fit at once, each walking its rows. `alone` (no row ahead: fewer registers, more blocks an
 // SM; nullptr where the tile has none) runs one block per row group where the rows make at least
@@ -313,18 +313,26 @@ constexpr int64_t kAloneWaves = 12;
 template <int kGroup, int kElems, int kRanks>
 constexpr bool kMayRunAlone = kGroup > 32 && kElems == 16 && kRanks == 1;  // block tiles of 16 values
 
+// groups x ranks CTAs of `threads` (`smem` bytes of dynamic shared memory each), as clusters of
+// `ranks` when ranks > 1.
 template <typename Kernel, typename... Args>
-cudaError_t launch_rows(Kernel kernel, int64_t groups, int ranks, int threads, cudaStream_t stream, Args... args) {
+cudaError_t launch_groups(Kernel kernel, int64_t groups, int ranks, int threads, size_t smem, cudaStream_t stream,
+                          Args... args) {
   cudaLaunchAttribute cluster_dim{};
   cluster_dim.id = cudaLaunchAttributeClusterDimension;
   cluster_dim.val.clusterDim = {unsigned(ranks), 1, 1};
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(groups * ranks));
   config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = &cluster_dim;
   config.numAttrs = ranks > 1 ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, args...);
+}
+template <typename Kernel, typename... Args>
+cudaError_t launch_rows(Kernel kernel, int64_t groups, int ranks, int threads, cudaStream_t stream, Args... args) {
+  return launch_groups(kernel, groups, ranks, threads, 0, stream, args...);
 }
 
 template <typename Kernel, typename... Args>
@@ -343,8 +351,9 @@ cudaError_t launch_forward_rows(Kernel ahead, Kernel alone, int threads, int ran
 // contiguous chunks of `chunk` rows, as many as fit at once (each writes a partial row), no more
 // than there are rows for the row-groups of a CTA. groups 0: none fits.
 template <typename Kernel>
-Chunks plan_long_chunks(Kernel kernel, int threads, int ranks, int64_t rows, int rows_per_group, cudaStream_t stream) {
-  const int64_t resident = resident_groups(kernel, threads, ranks, stream);
+Chunks plan_long_chunks(Kernel kernel, int threads, int ranks, int64_t rows, int rows_per_group, cudaStream_t stream,
+                        size_t smem = 0) {
+  const int64_t resident = resident_groups(kernel, threads, ranks, stream, smem);
   if (resident <= 0) return {rows, 0};
   const int64_t want = std::min<int64_t>(ceil_div(rows, rows_per_group), resident);
   const int64_t chunk = ceil_div(rows, want);

@@ -4,8 +4,10 @@
 //   Ring, open_ring, kStages      the buffers, their barriers, how many rows are in flight
 //   window_of, read_row           a row's copy (an unaligned row: its 16-byte-aligned window)
 //                                 and a thread's tile of it from shared memory
-//   block_sums                    a row's pair of sums over the block, step 3's one barrier
-//   pick_ring_tile, plan_ring     the tiles by row length; the persistent grid and its chunks
+//   block_sums                    a row's pair of sums over the block (or its cluster), step 3's
+//                                 one barrier
+//   pick_ring_tile, plan_ring     the tiles by row length, clusters past 8,192 columns; the
+//                                 persistent grid and its chunks
 #pragma once
 
 #include "hopper.cuh"
@@ -29,7 +31,8 @@ template <typename T, int kThreads, int kElems, int kTensors>
 constexpr int kRingBytes = kStages<T, kThreads, kElems, kTensors> * kTensors * kBufferElems<T, kThreads, kElems> * int(sizeof(T));
 
 // Where a row's copy starts (rounded down to 16 bytes), how many bytes it takes, and the row's
-// first element's offset in the buffer.
+// first element's offset in the buffer. `cols` <= 0 (a cluster CTA whose slice starts past the
+// row's end): nothing to copy.
 template <typename T>
 struct Window {
   const void* src;
@@ -38,6 +41,7 @@ struct Window {
 };
 template <bool kWhole, typename T>
 __device__ __forceinline__ Window<T> window_of(const T* row, int64_t cols) {
+  if (cols <= 0) return {row, 0u, 0};
   if constexpr (kWhole) return {row, uint32_t(cols * int64_t(sizeof(T))), 0};
   const uintptr_t begin = reinterpret_cast<uintptr_t>(row), end = begin + uintptr_t(cols) * sizeof(T);
   const uintptr_t lo = begin & ~uintptr_t(15), hi = (end + 15) & ~uintptr_t(15);
@@ -86,7 +90,8 @@ struct Ring {
     for (int k = 0; k < kTensors; ++k) w[k] = window_of<kWhole>(rows[k], cols), bytes += w[k].bytes;
     sm90::mbarrier_arrive_expect_tx(bar, bytes);
 #pragma unroll
-    for (int k = 0; k < kTensors; ++k) sm90::bulk_load(buffer(j, k), w[k].src, w[k].bytes, bar);
+    for (int k = 0; k < kTensors; ++k)
+      if (w[k].bytes > 0) sm90::bulk_load(buffer(j, k), w[k].src, w[k].bytes, bar);
   }
   __device__ __forceinline__ void wait(int64_t j) const { sm90::mbarrier_wait(&full[j % kDepth], uint32_t(j / kDepth) & 1u); }
 
@@ -117,39 +122,43 @@ __device__ __forceinline__ void open_ring(const Ring<T, kThreads, kElems, kTenso
   __syncthreads();
 }
 
-// The row's two sums over the block: the shuffle trees side by side, then step 3's exchange
-// (one barrier). Every thread gets the same bits.
-template <int kThreads>
-__device__ __forceinline__ float2 block_sums(float2 v, const Exchange<kThreads / 32, 1, float2>& xchg, int64_t j) {
+// The row's two sums over the block, or over the cluster of kRanks blocks that holds the row: the
+// shuffle trees side by side, then step 3's exchange (one barrier, or one transaction barrier a
+// cluster). Every thread of every block gets the same bits. Once it returns, every thread of this
+// block has read the row's buffers (each warp sends its slot after its shuffles).
+template <int kThreads, int kRanks = 1>
+__device__ __forceinline__ float2 block_sums(float2 v, const Exchange<kThreads / 32, kRanks, float2>& xchg, int64_t j) {
+  constexpr int kSlots = kThreads / 32 * kRanks;
   v = make_float2(warp_sum(v.x), warp_sum(v.y));
   const float2* slots = xchg(v, unsigned(j));
-  return make_float2(slot_total<kThreads / 32>(slots, [](float2 p, int) { return p.x; }),
-                     slot_total<kThreads / 32>(slots, [](float2 p, int) { return p.y; }));
+  return make_float2(slot_total<kSlots>(slots, [](float2 p, int) { return p.x; }),
+                     slot_total<kSlots>(slots, [](float2 p, int) { return p.y; }));
 }
 
-// The block tiles of step 3 by row length (its backward table), for 1,025..8,192 columns.
+// The block tiles of step 3 by row length (its backward table) for 1,025..8,192 columns, then its
+// clusters: 2, 4 or 8 CTAs of 512 x 16, CTA r the row's slice [8192 r, 8192 (r + 1)), each with a
+// ring of its slice. launch(threads, elems, ranks). False outside 1,025..65,536.
 template <typename T, typename F>
 bool pick_ring_tile(int64_t cols, F launch) {
-  if (cols <= 1024 || cols > kMaxRegisterCols) return false;
-  if (cols <= 2048) launch(Int<256>{}, Int<8>{});
-  else if (cols <= 4096) launch(Int<256>{}, Int<16>{});
-  else launch(Int<512>{}, Int<16>{});
+  if (cols <= 1024) return false;
+  if (cols > kMaxRegisterCols)
+    return pick_long_tile<T, true>(cols, [](auto) {}, [](auto, auto) {},
+                                   [&](auto ranks) { launch(Int<kSliceThreads>{}, Int<kSliceElems>{}, ranks); });
+  if (cols <= 2048) launch(Int<256>{}, Int<8>{}, Int<1>{});
+  else if (cols <= 4096) launch(Int<256>{}, Int<16>{}, Int<1>{});
+  else launch(Int<512>{}, Int<16>{}, Int<1>{});
   return true;
 }
 
-// A persistent grid of `kernel` with `ring_bytes` of dynamic shared memory: as many CTAs as fit
-// at once, no more than rows; each a contiguous chunk. 0 blocks (status says why, if it can)
-// when none fits.
+// A persistent grid of `kernel` with `ring_bytes` of dynamic shared memory a CTA: as many groups
+// (CTAs, or clusters of `ranks`) as fit at once, no more than rows; each a contiguous chunk.
+// 0 blocks (status says why, if it can) when none fits.
 template <typename Kernel>
-Chunks plan_ring(Kernel kernel, int threads, int ring_bytes, int64_t rows, cudaError_t& status) {
+Chunks plan_ring(Kernel kernel, int threads, int ranks, int ring_bytes, int64_t rows, cudaStream_t stream,
+                 cudaError_t& status) {
   status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ring_bytes);
   if (status != cudaSuccess) return {rows, 0};
-  int per_sm = 0;
-  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, ring_bytes);
-  if (status != cudaSuccess || per_sm <= 0) return {rows, 0};
-  const int64_t want = std::min<int64_t>(rows, int64_t(per_sm) * sm_count());
-  const int64_t chunk = ceil_div(rows, want);
-  return {chunk, unsigned(ceil_div(rows, chunk))};
+  return plan_long_chunks(kernel, threads, ranks, rows, 1, stream, size_t(ring_bytes));
 }
 
 // Rows of whole 16-byte vectors from 16-byte-aligned starts: copied as they are, read as vectors.

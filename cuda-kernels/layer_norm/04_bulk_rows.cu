@@ -32,7 +32,7 @@ Limits:   1,025 <= cols <= 8,192, refused before launch otherwise (`Min:`, `Max:
           (backward): 2 x CTAs x cols fp32.
 Layout:   rows
 Min:      cols >= 1025
-Max:      cols <= 8192
+Max:      cols <= 65536
 */
 #include "norm_ring.cuh"
 
@@ -43,8 +43,9 @@ using nm::Tile;
 using rosetta::aligned16;
 using rosetta::Vec16;
 
-// CTA c: rows [c * chunk, min(rows, (c + 1) * chunk)), one at a time, a block per row.
-template <typename T, int kThreads, int kElems, bool kWhole>
+// Group c (a CTA, or a cluster of kRanks whose CTA r holds the row's slice [8192 r, 8192 (r + 1))):
+// rows [c * chunk, min(rows, (c + 1) * chunk)), one at a time.
+template <typename T, int kThreads, int kElems, int kRanks, bool kWhole>
 __global__ void __launch_bounds__(kThreads, kThreads >= 512 ? 1 : 2)
 layer_norm_ring(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, const T* __restrict__ b,
                 T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int64_t rows, int64_t cols,
@@ -52,42 +53,52 @@ layer_norm_ring(const T* __restrict__ x, int64_t x_stride, const T* __restrict__
   using Row = Tile<T, kThreads, kElems>;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ __align__(8) uint64_t full[nm::Ring<T, kThreads, kElems, 1>::kDepth];
-  __shared__ float2 inbox[2 * kThreads / 32];
+  __shared__ float2 inbox[2 * kThreads / 32 * kRanks];
+  __shared__ __align__(8) uint64_t bars[2];
+  const int rank = kRanks > 1 ? nm::cluster_rank() : 0;
   const nm::Ring<T, kThreads, kElems, 1> ring{reinterpret_cast<T*>(smem), full};
-  const nm::Exchange<kThreads / 32, 1, float2> xchg{inbox, nullptr, 0};
+  const nm::Exchange<kThreads / 32, kRanks, float2> xchg{inbox, bars, rank};
   const int t = threadIdx.x;
-  const int64_t first = int64_t(blockIdx.x) * chunk, n = std::min(rows, first + chunk) - first;
+  // this CTA's slice: what is left of the row from its start (n), and what its copies take (len)
+  const int64_t start = int64_t(rank) * kThreads * kElems, n = cols - start;
+  const int64_t len = std::min<int64_t>(n, kThreads * kElems);
+  const int64_t first = int64_t(blockIdx.x / kRanks) * chunk, count = std::min(rows, first + chunk) - first;
+  xchg.open();
   nm::open_ring(ring);
-  const auto rows_of = [&](int64_t j) {  // chunk row j's x
-    return typename decltype(ring)::Sources{{x + (first + j) * x_stride}};
+  const auto rows_of = [&](int64_t j) {  // chunk row j's slice of x
+    return typename decltype(ring)::Sources{{x + (first + j) * x_stride + start}};
   };
-  ring.template prime<kWhole>(n, rows_of, cols);
+  ring.template prime<kWhole>(count, rows_of, len);
   const bool wvec = aligned16(w), bvec = aligned16(b);
   Vec16<T> wv[Row::kVecs], bv[Row::kVecs];  // the same every row: loaded once, kept packed
 #pragma unroll
   for (int i = 0; i < Row::kVecs; ++i)
-    wv[i] = nm::fetch<kWhole>(w, Row::col(i, t), cols, wvec), bv[i] = nm::fetch<kWhole>(b, Row::col(i, t), cols, bvec);
-  for (int64_t j = 0; j < n; ++j) {
+    wv[i] = nm::fetch<kWhole>(w + start, Row::col(i, t), n, wvec),
+    bv[i] = nm::fetch<kWhole>(b + start, Row::col(i, t), n, bvec);
+  if constexpr (kRanks > 1) nm::cluster_wait();  // every peer has started: its barriers exist
+  for (int64_t j = 0; j < count; ++j) {
     const int64_t row = first + j;
     const T* xrow = x + row * x_stride;
-    const int lead = nm::window_of<kWhole>(xrow, cols).lead;
+    // Step 3's shift k0, the row's first element: a cluster's CTAs all read it from global memory
+    const float k0_far = kRanks > 1 ? rosetta::to_float(xrow[0]) : 0.0f;
+    const int lead = nm::window_of<kWhole>(xrow + start, len).lead;
     ring.wait(j);
     const T* buf = ring.buffer(j, 0);
     Row r;
-    nm::read_row<kWhole>(r, buf, lead, cols, t);
+    nm::read_row<kWhole>(r, buf, lead, n, t);
     // Step 3's one pass of two sums about k0 = the row's first element (padding left out).
-    const float k0 = rosetta::to_float(buf[lead]);
+    const float k0 = kRanks > 1 ? k0_far : rosetta::to_float(buf[lead]);
     float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
 #pragma unroll
       for (int k = 0; k < Row::V; ++k) {
-        const float d = nm::inside<kWhole, Row>(i, k, t, cols) ? r.v[i][k] - k0 : 0.0f;
+        const float d = nm::inside<kWhole, Row>(i, k, t, n) ? r.v[i][k] - k0 : 0.0f;
         s1 += d;
         s2 = fmaf(d, d, s2);
       }
-    const float2 sums = nm::block_sums<kThreads>(make_float2(s1, s2), xchg, j);
-    ring.template refill<kWhole>(j, n, rows_of, cols);  // every thread has read buffer j
+    const float2 sums = nm::block_sums<kThreads, kRanks>(make_float2(s1, s2), xchg, j);
+    ring.template refill<kWhole>(j, count, rows_of, len);  // every thread has read buffer j
     const float dm = sums.x * inv_cols, m = k0 + dm;
     const float v = fmaf(-dm, dm, sums.y * inv_cols);
     const float rs = rsqrtf((v < 0.0f ? 0.0f : v) + eps);  // NaN in, NaN row out
@@ -95,14 +106,15 @@ layer_norm_ring(const T* __restrict__ x, int64_t x_stride, const T* __restrict__
     for (int i = 0; i < Row::kVecs; ++i)
 #pragma unroll
       for (int k = 0; k < Row::V; ++k) r.v[i][k] = (r.v[i][k] - m) * rs * wv[i].get(k) + bv[i].get(k);
-    r.template store<kWhole>(y + row * cols, cols, t);
-    if (t == 0) mean[row] = m, rstd[row] = rs;
+    r.template store<kWhole>(y + row * cols + start, n, t);
+    if (t == 0 && rank == 0) mean[row] = m, rstd[row] = rs;
   }
 }
 
-// CTA c: rows of its chunk as above, x's and dy's rows in the ring; dweight's and dbias's sums
-// stay in registers and become CTA c's partial rows (partial[c * cols], partial[(ctas + c) * cols]).
-template <typename T, int kThreads, int kElems, bool kWhole>
+// Group c (a CTA or a cluster, as above): rows of its chunk, x's and dy's slices in the ring;
+// dweight's and dbias's sums stay in registers and become group c's partial rows
+// (partial[c * cols], partial[(groups + c) * cols], each CTA its slice).
+template <typename T, int kThreads, int kElems, int kRanks, bool kWhole>
 __global__ void __launch_bounds__(kThreads, kThreads >= 512 ? 1 : 2)
 layer_norm_backward_ring(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w,
                          const float* __restrict__ mean, const float* __restrict__ rstd, const T* __restrict__ dy,
@@ -112,55 +124,62 @@ layer_norm_backward_ring(const T* __restrict__ x, int64_t x_stride, const T* __r
   nm::allow_dependents();  // the partial-row kernel may be placed now; it waits for this grid
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ __align__(8) uint64_t full[nm::Ring<T, kThreads, kElems, 2>::kDepth];
-  __shared__ float2 inbox[2 * kThreads / 32];
+  __shared__ float2 inbox[2 * kThreads / 32 * kRanks];
+  __shared__ __align__(8) uint64_t bars[2];
+  const int rank = kRanks > 1 ? nm::cluster_rank() : 0;
   const nm::Ring<T, kThreads, kElems, 2> ring{reinterpret_cast<T*>(smem), full};
-  const nm::Exchange<kThreads / 32, 1, float2> xchg{inbox, nullptr, 0};
+  const nm::Exchange<kThreads / 32, kRanks, float2> xchg{inbox, bars, rank};
   const int t = threadIdx.x;
-  const int64_t first = int64_t(blockIdx.x) * chunk, n = std::min(rows, first + chunk) - first;
+  const int64_t start = int64_t(rank) * kThreads * kElems, n = cols - start;
+  const int64_t len = std::min<int64_t>(n, kThreads * kElems);
+  const int64_t group = blockIdx.x / kRanks, groups = gridDim.x / kRanks;
+  const int64_t first = group * chunk, count = std::min(rows, first + chunk) - first;
+  xchg.open();
   nm::open_ring(ring);
-  const auto rows_of = [&](int64_t j) {  // chunk row j's x and dy
-    return typename decltype(ring)::Sources{{x + (first + j) * x_stride, dy + (first + j) * dy_stride}};
+  const auto rows_of = [&](int64_t j) {  // chunk row j's slices of x and dy
+    return typename decltype(ring)::Sources{{x + (first + j) * x_stride + start, dy + (first + j) * dy_stride + start}};
   };
-  ring.template prime<kWhole>(n, rows_of, cols);
+  ring.template prime<kWhole>(count, rows_of, len);
   const bool wvec = aligned16(w);
   Vec16<T> wv[Row::kVecs];
 #pragma unroll
-  for (int i = 0; i < Row::kVecs; ++i) wv[i] = nm::fetch<kWhole>(w, Row::col(i, t), cols, wvec);
+  for (int i = 0; i < Row::kVecs; ++i) wv[i] = nm::fetch<kWhole>(w + start, Row::col(i, t), n, wvec);
   float dw[Row::kVecs][Row::V] = {}, db[Row::kVecs][Row::V] = {};
-  float next_m = n > 0 ? mean[first] : 0.0f, next_rs = n > 0 ? rstd[first] : 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
+  float next_m = count > 0 ? mean[first] : 0.0f, next_rs = count > 0 ? rstd[first] : 0.0f;
+  if constexpr (kRanks > 1) nm::cluster_wait();  // every peer has started: its barriers exist
+  for (int64_t j = 0; j < count; ++j) {
     const int64_t row = first + j;
     const float m = next_m, rs = next_rs;
-    if (j + 1 < n) next_m = mean[row + 1], next_rs = rstd[row + 1];  // in flight through this row
-    const int lead_x = nm::window_of<kWhole>(x + row * x_stride, cols).lead;
-    const int lead_g = nm::window_of<kWhole>(dy + row * dy_stride, cols).lead;
+    if (j + 1 < count) next_m = mean[row + 1], next_rs = rstd[row + 1];  // in flight through this row
+    const int lead_x = nm::window_of<kWhole>(x + row * x_stride + start, len).lead;
+    const int lead_g = nm::window_of<kWhole>(dy + row * dy_stride + start, len).lead;
     ring.wait(j);
     Row xr, gr;
-    nm::read_row<kWhole>(xr, ring.buffer(j, 0), lead_x, cols, t);
-    nm::read_row<kWhole>(gr, ring.buffer(j, 1), lead_g, cols, t);
+    nm::read_row<kWhole>(xr, ring.buffer(j, 0), lead_x, n, t);
+    nm::read_row<kWhole>(gr, ring.buffer(j, 1), lead_g, n, t);
     float2 sums = make_float2(0.0f, 0.0f);  // sum of g, sum of g * xhat (step 3's formulas)
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
 #pragma unroll
       for (int k = 0; k < Row::V; ++k) {
-        xr.v[i][k] = nm::inside<kWhole, Row>(i, k, t, cols) ? (xr.v[i][k] - m) * rs : 0.0f;
+        xr.v[i][k] = nm::inside<kWhole, Row>(i, k, t, n) ? (xr.v[i][k] - m) * rs : 0.0f;
         dw[i][k] += gr.v[i][k] * xr.v[i][k];
         db[i][k] += gr.v[i][k];
         gr.v[i][k] *= wv[i].get(k);
         sums.x += gr.v[i][k];
         sums.y += gr.v[i][k] * xr.v[i][k];
       }
-    sums = nm::block_sums<kThreads>(sums, xchg, j);
-    ring.template refill<kWhole>(j, n, rows_of, cols);  // every thread has read buffer j
+    sums = nm::block_sums<kThreads, kRanks>(sums, xchg, j);
+    ring.template refill<kWhole>(j, count, rows_of, len);  // every thread has read buffer j
     const float a = -rs * (sums.y / float(cols)), b0 = -rs * (sums.x / float(cols));
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
 #pragma unroll
       for (int k = 0; k < Row::V; ++k) gr.v[i][k] = fmaf(gr.v[i][k], rs, fmaf(xr.v[i][k], a, b0));
-    gr.template store<kWhole>(dx + row * cols, cols, t);
+    gr.template store<kWhole>(dx + row * cols + start, n, t);
   }
-  nm::store_partial<kWhole, Row>(partial + int64_t(blockIdx.x) * cols, dw, t, cols);
-  nm::store_partial<kWhole, Row>(partial + (int64_t(gridDim.x) + blockIdx.x) * cols, db, t, cols);
+  nm::store_partial<kWhole, Row>(partial + group * cols + start, dw, t, n);
+  nm::store_partial<kWhole, Row>(partial + (groups + group) * cols + start, db, t, n);
 }
 
 }  // namespace
@@ -177,23 +196,24 @@ cudaError_t layer_norm_04_bulk_rows(const rosetta::LayerNormArgs& a, cudaStream_
     const T* b = a.bias.ptr<const T>();
     T* y = a.y.ptr<T>();
     const bool whole = nm::whole_rows(x, a.x.stride[0], cols) && aligned16(y) && aligned16(w) && aligned16(b);
-    fits = nm::pick_ring_tile<T>(cols, [&](auto threads, auto elems) {
+    fits = nm::pick_ring_tile<T>(cols, [&](auto threads, auto elems, auto ranks) {
       constexpr int kThreads = decltype(threads)::value, kElems = decltype(elems)::value;
+      constexpr int kRanks = decltype(ranks)::value;
       constexpr int kBytes = nm::kRingBytes<T, kThreads, kElems, 1>;
       nm::by_path(whole, [&](auto w_) {
-        const auto kernel = layer_norm_ring<T, kThreads, kElems, decltype(w_)::value>;
-        const nm::Chunks plan = nm::plan_ring(kernel, kThreads, kBytes, rows, status);
+        const auto kernel = layer_norm_ring<T, kThreads, kElems, kRanks, decltype(w_)::value>;
+        const nm::Chunks plan = nm::plan_ring(kernel, kThreads, kRanks, kBytes, rows, stream, status);
         if (plan.blocks == 0) {
           if (status == cudaSuccess) status = cudaErrorInvalidConfiguration;
           return;
         }
-        kernel<<<plan.blocks, kThreads, kBytes, stream>>>(x, a.x.stride[0], w, b, y, a.mean.ptr<float>(),
-                                                          a.rstd.ptr<float>(), rows, cols, plan.chunk, float(a.eps),
-                                                          1.0f / float(cols));
+        status = nm::launch_groups(kernel, plan.blocks, kRanks, kThreads, kBytes, stream, x, a.x.stride[0], w, b, y,
+                                   a.mean.ptr<float>(), a.rstd.ptr<float>(), rows, cols, plan.chunk, float(a.eps),
+                                   1.0f / float(cols));
       });
     });
   });
-  if (!fits) return cudaErrorInvalidValue;  // outside 1,025..8,192 columns: declared, refused before launch
+  if (!fits) return cudaErrorInvalidValue;  // outside 1,025..65,536 columns: declared, refused before launch
   return status != cudaSuccess ? status : launched;
 }
 
@@ -214,27 +234,27 @@ cudaError_t layer_norm_04_bulk_rows_backward(const rosetta::LayerNormBackwardArg
     T* dx = a.dx.ptr<T>();
     const bool whole = nm::whole_rows(x, a.x.stride[0], cols) && nm::whole_rows(dy, a.dy.stride[0], cols) &&
                        aligned16(dx) && aligned16(w);
-    fits = nm::pick_ring_tile<T>(cols, [&](auto threads, auto elems) {
+    fits = nm::pick_ring_tile<T>(cols, [&](auto threads, auto elems, auto ranks) {
       constexpr int kThreads = decltype(threads)::value, kElems = decltype(elems)::value;
+      constexpr int kRanks = decltype(ranks)::value;
       constexpr int kBytes = nm::kRingBytes<T, kThreads, kElems, 2>;
       nm::by_path(whole, [&](auto w_) {
-        const auto kernel = layer_norm_backward_ring<T, kThreads, kElems, decltype(w_)::value>;
-        const nm::Chunks plan = nm::plan_ring(kernel, kThreads, kBytes, rows, status);
+        const auto kernel = layer_norm_backward_ring<T, kThreads, kElems, kRanks, decltype(w_)::value>;
+        const nm::Chunks plan = nm::plan_ring(kernel, kThreads, kRanks, kBytes, rows, stream, status);
         if (plan.blocks == 0) {
           if (status == cudaSuccess) status = cudaErrorInvalidConfiguration;
           return;
         }
         float* partial = a.workspace.get<float>(2 * int64_t(plan.blocks) * cols);  // dweight's rows, then dbias's
-        kernel<<<plan.blocks, kThreads, kBytes, stream>>>(x, a.x.stride[0], w, a.mean.ptr<const float>(),
-                                                          a.rstd.ptr<const float>(), dy, a.dy.stride[0], dx, partial,
-                                                          rows, cols, plan.chunk);
-        status = cudaGetLastError();
+        status = nm::launch_groups(kernel, plan.blocks, kRanks, kThreads, kBytes, stream, x, a.x.stride[0], w,
+                                   a.mean.ptr<const float>(), a.rstd.ptr<const float>(), dy, a.dy.stride[0], dx,
+                                   partial, rows, cols, plan.chunk);
         if (status == cudaSuccess)
           status = nm::launch_sum_partials<T, 2>(partial, plan.blocks, cols, a.dweight.ptr<T>(), a.dbias.ptr<T>(),
                                                  stream);
       });
     });
   });
-  if (!fits) return cudaErrorInvalidValue;  // outside 1,025..8,192 columns: declared, refused before launch
+  if (!fits) return cudaErrorInvalidValue;  // outside 1,025..65,536 columns: declared, refused before launch
   return status != cudaSuccess ? status : launched;
 }

@@ -25,7 +25,7 @@ Limits:   1,025 <= cols <= 8,192, refused before launch otherwise (`Min:`, `Max:
           (backward): CTAs x cols fp32.
 Layout:   rows
 Min:      cols >= 1025
-Max:      cols <= 8192
+Max:      cols <= 65536
 */
 #include "norm_ring.cuh"
 
@@ -36,54 +36,63 @@ using nm::Tile;
 using rosetta::aligned16;
 using rosetta::Vec16;
 
-// CTA c: rows [c * chunk, min(rows, (c + 1) * chunk)), one at a time, a block per row.
-template <typename T, int kThreads, int kElems, bool kWhole>
+// Group c (a CTA, or a cluster of kRanks whose CTA r holds the row's slice [8192 r, 8192 (r + 1))):
+// rows [c * chunk, min(rows, (c + 1) * chunk)), one at a time.
+template <typename T, int kThreads, int kElems, int kRanks, bool kWhole>
 __global__ void __launch_bounds__(kThreads, kThreads >= 512 ? 1 : 2)
 rms_norm_ring(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w, T* __restrict__ y,
               float* __restrict__ rstd, int64_t rows, int64_t cols, int64_t chunk, float eps) {
   using Row = Tile<T, kThreads, kElems>;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ __align__(8) uint64_t full[nm::Ring<T, kThreads, kElems, 1>::kDepth];
-  __shared__ float2 inbox[2 * kThreads / 32];
+  __shared__ float2 inbox[2 * kThreads / 32 * kRanks];
+  __shared__ __align__(8) uint64_t bars[2];
+  const int rank = kRanks > 1 ? nm::cluster_rank() : 0;
   const nm::Ring<T, kThreads, kElems, 1> ring{reinterpret_cast<T*>(smem), full};
-  const nm::Exchange<kThreads / 32, 1, float2> xchg{inbox, nullptr, 0};
+  const nm::Exchange<kThreads / 32, kRanks, float2> xchg{inbox, bars, rank};
   const int t = threadIdx.x;
-  const int64_t first = int64_t(blockIdx.x) * chunk, n = std::min(rows, first + chunk) - first;
+  // this CTA's slice: what is left of the row from its start (n), and what its copies take (len)
+  const int64_t start = int64_t(rank) * kThreads * kElems, n = cols - start;
+  const int64_t len = std::min<int64_t>(n, kThreads * kElems);
+  const int64_t first = int64_t(blockIdx.x / kRanks) * chunk, count = std::min(rows, first + chunk) - first;
+  xchg.open();
   nm::open_ring(ring);
-  const auto rows_of = [&](int64_t j) {  // chunk row j's x
-    return typename decltype(ring)::Sources{{x + (first + j) * x_stride}};
+  const auto rows_of = [&](int64_t j) {  // chunk row j's slice of x
+    return typename decltype(ring)::Sources{{x + (first + j) * x_stride + start}};
   };
-  ring.template prime<kWhole>(n, rows_of, cols);
+  ring.template prime<kWhole>(count, rows_of, len);
   const bool wvec = aligned16(w);
   Vec16<T> wv[Row::kVecs];  // the same every row: loaded once, kept packed
 #pragma unroll
-  for (int i = 0; i < Row::kVecs; ++i) wv[i] = nm::fetch<kWhole>(w, Row::col(i, t), cols, wvec);
-  for (int64_t j = 0; j < n; ++j) {
+  for (int i = 0; i < Row::kVecs; ++i) wv[i] = nm::fetch<kWhole>(w + start, Row::col(i, t), n, wvec);
+  if constexpr (kRanks > 1) nm::cluster_wait();  // every peer has started: its barriers exist
+  for (int64_t j = 0; j < count; ++j) {
     const int64_t row = first + j;
-    const int lead = nm::window_of<kWhole>(x + row * x_stride, cols).lead;
+    const int lead = nm::window_of<kWhole>(x + row * x_stride + start, len).lead;
     ring.wait(j);
     Row r;
-    nm::read_row<kWhole>(r, ring.buffer(j, 0), lead, cols, t);
+    nm::read_row<kWhole>(r, ring.buffer(j, 0), lead, n, t);
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
 #pragma unroll
       for (int k = 0; k < Row::V; ++k) ss += r.v[i][k] * r.v[i][k];  // padding: 0
-    const float total = nm::block_sums<kThreads>(make_float2(ss, 0.0f), xchg, j).x;
-    ring.template refill<kWhole>(j, n, rows_of, cols);  // every thread has read buffer j
+    const float total = nm::block_sums<kThreads, kRanks>(make_float2(ss, 0.0f), xchg, j).x;
+    ring.template refill<kWhole>(j, count, rows_of, len);  // every thread has read buffer j
     const float s = rsqrtf(total / float(cols) + eps);  // NaN in, NaN row out
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
 #pragma unroll
       for (int k = 0; k < Row::V; ++k) r.v[i][k] = r.v[i][k] * s * wv[i].get(k);
-    r.template store<kWhole>(y + row * cols, cols, t);
-    if (t == 0) rstd[row] = s;
+    r.template store<kWhole>(y + row * cols + start, n, t);
+    if (t == 0 && rank == 0) rstd[row] = s;
   }
 }
 
-// CTA c: rows of its chunk as above, x's and dy's rows in the ring; dweight's sums stay in
-// registers and become CTA c's partial row partial[c * cols].
-template <typename T, int kThreads, int kElems, bool kWhole>
+// Group c (a CTA or a cluster, as above): rows of its chunk, x's and dy's slices in the ring;
+// dweight's sums stay in registers and become group c's partial row partial[c * cols] (each CTA
+// its slice).
+template <typename T, int kThreads, int kElems, int kRanks, bool kWhole>
 __global__ void __launch_bounds__(kThreads, kThreads >= 512 ? 1 : 2)
 rms_norm_backward_ring(const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w,
                        const float* __restrict__ rstd, const T* __restrict__ dy, int64_t dy_stride,
@@ -93,32 +102,39 @@ rms_norm_backward_ring(const T* __restrict__ x, int64_t x_stride, const T* __res
   nm::allow_dependents();  // the partial-row kernel may be placed now; it waits for this grid
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ __align__(8) uint64_t full[nm::Ring<T, kThreads, kElems, 2>::kDepth];
-  __shared__ float2 inbox[2 * kThreads / 32];
+  __shared__ float2 inbox[2 * kThreads / 32 * kRanks];
+  __shared__ __align__(8) uint64_t bars[2];
+  const int rank = kRanks > 1 ? nm::cluster_rank() : 0;
   const nm::Ring<T, kThreads, kElems, 2> ring{reinterpret_cast<T*>(smem), full};
-  const nm::Exchange<kThreads / 32, 1, float2> xchg{inbox, nullptr, 0};
+  const nm::Exchange<kThreads / 32, kRanks, float2> xchg{inbox, bars, rank};
   const int t = threadIdx.x;
-  const int64_t first = int64_t(blockIdx.x) * chunk, n = std::min(rows, first + chunk) - first;
+  const int64_t start = int64_t(rank) * kThreads * kElems, n = cols - start;
+  const int64_t len = std::min<int64_t>(n, kThreads * kElems);
+  const int64_t group = blockIdx.x / kRanks;
+  const int64_t first = group * chunk, count = std::min(rows, first + chunk) - first;
+  xchg.open();
   nm::open_ring(ring);
-  const auto rows_of = [&](int64_t j) {  // chunk row j's x and dy
-    return typename decltype(ring)::Sources{{x + (first + j) * x_stride, dy + (first + j) * dy_stride}};
+  const auto rows_of = [&](int64_t j) {  // chunk row j's slices of x and dy
+    return typename decltype(ring)::Sources{{x + (first + j) * x_stride + start, dy + (first + j) * dy_stride + start}};
   };
-  ring.template prime<kWhole>(n, rows_of, cols);
+  ring.template prime<kWhole>(count, rows_of, len);
   const bool wvec = aligned16(w);
   Vec16<T> wv[Row::kVecs];
 #pragma unroll
-  for (int i = 0; i < Row::kVecs; ++i) wv[i] = nm::fetch<kWhole>(w, Row::col(i, t), cols, wvec);
+  for (int i = 0; i < Row::kVecs; ++i) wv[i] = nm::fetch<kWhole>(w + start, Row::col(i, t), n, wvec);
   float dw[Row::kVecs][Row::V] = {};
-  float next_s = n > 0 ? rstd[first] : 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
+  float next_s = count > 0 ? rstd[first] : 0.0f;
+  if constexpr (kRanks > 1) nm::cluster_wait();  // every peer has started: its barriers exist
+  for (int64_t j = 0; j < count; ++j) {
     const int64_t row = first + j;
     const float s = next_s;
-    if (j + 1 < n) next_s = rstd[row + 1];  // in flight through this row
-    const int lead_x = nm::window_of<kWhole>(x + row * x_stride, cols).lead;
-    const int lead_g = nm::window_of<kWhole>(dy + row * dy_stride, cols).lead;
+    if (j + 1 < count) next_s = rstd[row + 1];  // in flight through this row
+    const int lead_x = nm::window_of<kWhole>(x + row * x_stride + start, len).lead;
+    const int lead_g = nm::window_of<kWhole>(dy + row * dy_stride + start, len).lead;
     ring.wait(j);
     Row xr, gr;
-    nm::read_row<kWhole>(xr, ring.buffer(j, 0), lead_x, cols, t);
-    nm::read_row<kWhole>(gr, ring.buffer(j, 1), lead_g, cols, t);
+    nm::read_row<kWhole>(xr, ring.buffer(j, 0), lead_x, n, t);
+    nm::read_row<kWhole>(gr, ring.buffer(j, 1), lead_g, n, t);
     float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
@@ -128,15 +144,15 @@ rms_norm_backward_ring(const T* __restrict__ x, int64_t x_stride, const T* __res
         gr.v[i][k] *= wv[i].get(k);               // g = dy * w
         dot += gr.v[i][k] * xr.v[i][k];
       }
-    const float c = s * s * inv_cols * nm::block_sums<kThreads>(make_float2(dot, 0.0f), xchg, j).x;
-    ring.template refill<kWhole>(j, n, rows_of, cols);  // every thread has read buffer j
+    const float c = s * s * inv_cols * nm::block_sums<kThreads, kRanks>(make_float2(dot, 0.0f), xchg, j).x;
+    ring.template refill<kWhole>(j, count, rows_of, len);  // every thread has read buffer j
 #pragma unroll
     for (int i = 0; i < Row::kVecs; ++i)
 #pragma unroll
       for (int k = 0; k < Row::V; ++k) gr.v[i][k] = s * (gr.v[i][k] - xr.v[i][k] * c);
-    gr.template store<kWhole>(dx + row * cols, cols, t);
+    gr.template store<kWhole>(dx + row * cols + start, n, t);
   }
-  nm::store_partial<kWhole, Row>(partial + int64_t(blockIdx.x) * cols, dw, t, cols);
+  nm::store_partial<kWhole, Row>(partial + group * cols + start, dw, t, n);
 }
 
 }  // namespace
@@ -152,22 +168,23 @@ cudaError_t rms_norm_04_bulk_rows(const rosetta::RmsNormArgs& a, cudaStream_t st
     const T* w = a.weight.ptr<const T>();
     T* y = a.y.ptr<T>();
     const bool whole = nm::whole_rows(x, a.x.stride[0], cols) && aligned16(y) && aligned16(w);
-    fits = nm::pick_ring_tile<T>(cols, [&](auto threads, auto elems) {
+    fits = nm::pick_ring_tile<T>(cols, [&](auto threads, auto elems, auto ranks) {
       constexpr int kThreads = decltype(threads)::value, kElems = decltype(elems)::value;
+      constexpr int kRanks = decltype(ranks)::value;
       constexpr int kBytes = nm::kRingBytes<T, kThreads, kElems, 1>;
       nm::by_path(whole, [&](auto w_) {
-        const auto kernel = rms_norm_ring<T, kThreads, kElems, decltype(w_)::value>;
-        const nm::Chunks plan = nm::plan_ring(kernel, kThreads, kBytes, rows, status);
+        const auto kernel = rms_norm_ring<T, kThreads, kElems, kRanks, decltype(w_)::value>;
+        const nm::Chunks plan = nm::plan_ring(kernel, kThreads, kRanks, kBytes, rows, stream, status);
         if (plan.blocks == 0) {
           if (status == cudaSuccess) status = cudaErrorInvalidConfiguration;
           return;
         }
-        kernel<<<plan.blocks, kThreads, kBytes, stream>>>(x, a.x.stride[0], w, y, a.rstd.ptr<float>(), rows, cols,
-                                                          plan.chunk, float(a.eps));
+        status = nm::launch_groups(kernel, plan.blocks, kRanks, kThreads, kBytes, stream, x, a.x.stride[0], w, y,
+                                   a.rstd.ptr<float>(), rows, cols, plan.chunk, float(a.eps));
       });
     });
   });
-  if (!fits) return cudaErrorInvalidValue;  // outside 1,025..8,192 columns: declared, refused before launch
+  if (!fits) return cudaErrorInvalidValue;  // outside 1,025..65,536 columns: declared, refused before launch
   return status != cudaSuccess ? status : launched;
 }
 
@@ -185,26 +202,26 @@ cudaError_t rms_norm_04_bulk_rows_backward(const rosetta::RmsNormBackwardArgs& a
     T* dx = a.dx.ptr<T>();
     const bool whole = nm::whole_rows(x, a.x.stride[0], cols) && nm::whole_rows(dy, a.dy.stride[0], cols) &&
                        aligned16(dx) && aligned16(w);
-    fits = nm::pick_ring_tile<T>(cols, [&](auto threads, auto elems) {
+    fits = nm::pick_ring_tile<T>(cols, [&](auto threads, auto elems, auto ranks) {
       constexpr int kThreads = decltype(threads)::value, kElems = decltype(elems)::value;
+      constexpr int kRanks = decltype(ranks)::value;
       constexpr int kBytes = nm::kRingBytes<T, kThreads, kElems, 2>;
       nm::by_path(whole, [&](auto w_) {
-        const auto kernel = rms_norm_backward_ring<T, kThreads, kElems, decltype(w_)::value>;
-        const nm::Chunks plan = nm::plan_ring(kernel, kThreads, kBytes, rows, status);
+        const auto kernel = rms_norm_backward_ring<T, kThreads, kElems, kRanks, decltype(w_)::value>;
+        const nm::Chunks plan = nm::plan_ring(kernel, kThreads, kRanks, kBytes, rows, stream, status);
         if (plan.blocks == 0) {
           if (status == cudaSuccess) status = cudaErrorInvalidConfiguration;
           return;
         }
         float* partial = a.workspace.get<float>(int64_t(plan.blocks) * cols);
-        kernel<<<plan.blocks, kThreads, kBytes, stream>>>(x, a.x.stride[0], w, a.rstd.ptr<const float>(), dy,
-                                                          a.dy.stride[0], dx, partial, rows, cols, plan.chunk,
-                                                          1.0f / float(cols));
-        status = cudaGetLastError();
+        status = nm::launch_groups(kernel, plan.blocks, kRanks, kThreads, kBytes, stream, x, a.x.stride[0], w,
+                                   a.rstd.ptr<const float>(), dy, a.dy.stride[0], dx, partial, rows, cols,
+                                   plan.chunk, 1.0f / float(cols));
         if (status == cudaSuccess)
           status = nm::launch_sum_partials<T, 1>(partial, plan.blocks, cols, a.dweight.ptr<T>(), nullptr, stream);
       });
     });
   });
-  if (!fits) return cudaErrorInvalidValue;  // outside 1,025..8,192 columns: declared, refused before launch
+  if (!fits) return cudaErrorInvalidValue;  // outside 1,025..65,536 columns: declared, refused before launch
   return status != cudaSuccess ? status : launched;
 }
