@@ -190,10 +190,14 @@ SASS_CLAIMS = [
     # the norms' step 4: "no thread loads x or dy ... one bulk copy per tensor" (two fill sites x two
     # tensors), each thread's two 16-byte vectors of each read from shared memory; the only 16-byte
     # global loads left are the weight's, "read once per CTA"
-    ("layer_norm/04_bulk_rows.cu", "layer_norm_backward_ringI13__nv_bfloat16Li256ELi16ELb1E", lambda ops:
+    ("layer_norm/04_bulk_rows.cu", "layer_norm_backward_ringI13__nv_bfloat16Li256ELi16ELi1ELb1E", lambda ops:
      ops.count("UBLKCP.S.G") == 4 and ops.count("LDS.128") == 4 and ops.count("LDG.E.128.CONSTANT") == 2),
-    ("rms_norm/04_bulk_rows.cu", "rms_norm_backward_ringI13__nv_bfloat16Li256ELi16ELb1E", lambda ops:
+    ("rms_norm/04_bulk_rows.cu", "rms_norm_backward_ringI13__nv_bfloat16Li256ELi16ELi1ELb1E", lambda ops:
      ops.count("UBLKCP.S.G") == 4 and ops.count("LDS.128") == 4 and ops.count("LDG.E.128.CONSTANT") == 2),
+    # past 8,192 columns "CTA r ... rings its slice ... the row's sums cross the cluster by step 3's
+    # exchange": the same bulk copies, the slots sent by st.async
+    ("layer_norm/04_bulk_rows.cu", "layer_norm_backward_ringI13__nv_bfloat16Li512ELi16ELi4ELb1E", lambda ops:
+     ops.count("UBLKCP.S.G") == 4 and "STAS.64" in ops),
     # "no thread loads them: thread 0 ... issues one bulk copy per tensor (cp.async.bulk global -> shared)"
     ("softmax/08_cluster_bulk.cu", "softmax_cluster_bulkIfE", lambda ops: ops.count("UBLKCP.S.G") == 1
      and "STAS.64" in ops and not any(o.startswith("LDG") for o in ops)),

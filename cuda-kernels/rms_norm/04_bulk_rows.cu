@@ -1,5 +1,5 @@
 /*
-Step 4 — rows streamed into a shared-memory ring by the copy engine
+Step 4 — rows streamed into a shared-memory ring by the copy engine, long rows across a cluster
 Changed:  layer_norm step 4's idea (norm_ring.cuh): x's (and dy's) rows are no longer loaded by
           threads. Each persistent CTA owns a contiguous chunk of rows and a ring of row buffers
           in shared memory; thread 0 fills a buffer with one bulk copy per tensor
@@ -7,22 +7,25 @@ Changed:  layer_norm step 4's idea (norm_ring.cuh): x's (and dy's) rows are no l
           right after the row's one barrier. Threads read their vectors from shared memory and
           reduce, scale and store as step 3 does (same tiles and formulas; dweight's partial rows
           summed by the same dependent kernel). Unaligned rows are copied as their 16-byte-aligned
-          window. The weight is read once per CTA into registers.
+          window. The weight is read once per CTA into registers. Past 8,192 columns, step 3's
+          clusters, each CTA ringing its 8,192-column slice (as layer_norm step 4).
 Why:      step 3 has one row ahead in registers (bf16 backward 256 x 16 tile: 64 bytes a thread,
           32 KB an SM at two CTAs), short of the ~35 KB an SM needs in flight at ~3 TB/s, and
           only while no thread is between its barrier and its stores. layer_norm's step 4 measured
           +7-12% on the same tiles' backward (4096^2 2,153 -> 2,405 GB/s, 32768x4096 2,615 ->
           2,794), and slower forwards. Predicted (bf16, GB/s): backward 4096^2 2,629 -> ~2,800,
           16384x8192 and 32768x4096 2,868 -> ~2,950; forward 2,930-2,960 -> about the same or a
-          few percent slower, as layer_norm's.
+          few percent slower, as layer_norm's. Clusters: 4096 x 32768 backward 2,764 -> ~2,800.
 Still:    measured, this gains nothing here (bf16 backward 4096^2 2,621 -> 2,617 GB/s, 16384x8192
           2,853 -> 2,828; forwards 3-8% slower): rms_norm's step 3 already reached the ~2,800-2,830
           that both ops' rings top out at, its loop being short enough that registers never
-          capped its rows in flight. Kept for that lesson. As layer_norm
-          step 4: a copy lands whole before the row starts, each chunk's first rows are the fill;
-          rows past 8,192 columns and of 1,024 or fewer are not this step's.
-Limits:   1,025 <= cols <= 8,192, refused before launch otherwise (`Min:`, `Max:`). Workspace
-          (backward): CTAs x cols fp32.
+          capped its rows in flight. On clusters it loses (4096 x 32768 backward 2,764 -> 2,575,
+          forward 2,863 -> 2,618): step 3 moved 23 GB/s an SM on the 120 SMs that clusters of 4
+          fit, a ring ~21. Kept for that lesson. As layer_norm step 4: a copy lands whole before
+          the row starts, each chunk's first rows are the fill; rows of 1,024 or fewer are not
+          this step's.
+Limits:   1,025 <= cols <= 65,536, refused before launch otherwise (`Min:`, `Max:`). Workspace
+          (backward): groups x cols fp32, a group a CTA or a cluster.
 Layout:   rows
 Min:      cols >= 1025
 Max:      cols <= 65536
