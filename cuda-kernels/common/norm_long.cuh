@@ -11,7 +11,8 @@
 //   sum_partials                the partial rows summed: a dependent launch, wide and unrolled
 //   launch_rows, launch_groups  plain or cluster launch of a persistent grid, sized to the machine
 //   launch_forward_rows         the forward's grid: a row ahead in a persistent grid, or, over many
-//                               waves of rows, none and a block per row group
+//                               waves of rows, none and a block per row group (past 8,192 16-bit
+//                               columns, a block of 1,024 threads a row in place of a cluster)
 // Nothing here changes step 2's pieces in norm.cuh; sums stay fp32 and their order fixed.
 #pragma once
 
@@ -335,13 +336,23 @@ cudaError_t launch_rows(Kernel kernel, int64_t groups, int ranks, int threads, c
   return launch_groups(kernel, groups, ranks, threads, 0, stream, args...);
 }
 
+// The forward's rows past 8,192 16-bit columns, up to 32,768: one block of kWideThreads a row
+// (kWideElems(ranks) values a thread, the row in registers, no row ahead) instead of a cluster of
+// `ranks` CTAs, on the same kAloneWaves rule: all 132 SMs, where clusters of 4 one-SM CTAs fit
+// 30 (120 SMs). The whole-vector path only (the element-wise one spills at 64 registers).
+constexpr int kWideThreads = 1024;
+template <int kRanks> constexpr int kWideElems = 8 * kRanks;  // 16,384 or 32,768 columns a block
+template <typename T, int kRanks, bool kWhole>
+constexpr bool kMayRunWide = sizeof(T) == 2 && kWhole && kRanks > 1 && kRanks <= 4;
+
+// `alone` runs `alone_threads` a block (the ahead kernel's `threads`, or kWideThreads).
 template <typename Kernel, typename... Args>
-cudaError_t launch_forward_rows(Kernel ahead, Kernel alone, int threads, int ranks, int64_t rows_per_block,
-                                int64_t rows, cudaStream_t stream, Args... args) {
+cudaError_t launch_forward_rows(Kernel ahead, Kernel alone, int threads, int alone_threads, int ranks,
+                                int64_t rows_per_block, int64_t rows, cudaStream_t stream, Args... args) {
   const int64_t blocks = ceil_div(rows, rows_per_block);
   if (alone != nullptr) {
-    const int64_t fit = resident_groups(alone, threads, 1, stream);
-    if (fit > 0 && blocks >= kAloneWaves * fit) return launch_rows(alone, blocks, 1, threads, stream, args...);
+    const int64_t fit = resident_groups(alone, alone_threads, 1, stream);
+    if (fit > 0 && blocks >= kAloneWaves * fit) return launch_rows(alone, blocks, 1, alone_threads, stream, args...);
   }
   const int64_t groups = std::min(blocks, resident_groups(ahead, threads, ranks, stream));
   return groups <= 0 ? cudaErrorInvalidConfiguration : launch_rows(ahead, groups, ranks, threads, stream, args...);

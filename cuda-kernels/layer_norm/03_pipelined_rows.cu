@@ -300,9 +300,14 @@ cudaError_t layer_norm_03_pipelined_rows(const rosetta::LayerNormArgs& a, cudaSt
         constexpr bool kW = decltype(w_)::value;
         auto* ahead = layer_norm_rows<T, kGroup, kElems, kRanks, kW, true>;
         decltype(ahead) alone = nullptr;
+        int alone_threads = kThreads;
         if constexpr (nm::kMayRunAlone<kGroup, kElems, kRanks>) alone = layer_norm_rows<T, kGroup, kElems, kRanks, kW, false>;
-        status = nm::launch_forward_rows(ahead, alone, kThreads, kRanks, kThreads / kGroup, rows, stream, x,
-                                         a.x.stride[0], w, b, y, a.mean.ptr<float>(), a.rstd.ptr<float>(), rows,
+        if constexpr (nm::kMayRunWide<T, kRanks, kW>) {  // a 1,024-thread block a row, not a cluster
+          alone = layer_norm_rows<T, nm::kWideThreads, nm::kWideElems<kRanks>, 1, kW, false>;
+          alone_threads = nm::kWideThreads;
+        }
+        status = nm::launch_forward_rows(ahead, alone, kThreads, alone_threads, kRanks, kThreads / kGroup, rows,
+                                         stream, x, a.x.stride[0], w, b, y, a.mean.ptr<float>(), a.rstd.ptr<float>(), rows,
                                          cols, float(a.eps), 1.0f / float(cols));
       });
     };

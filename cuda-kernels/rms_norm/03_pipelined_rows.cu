@@ -243,9 +243,14 @@ cudaError_t rms_norm_03_pipelined_rows(const rosetta::RmsNormArgs& a, cudaStream
         constexpr bool kW = decltype(w_)::value;
         auto* ahead = rms_norm_rows<T, kGroup, kElems, kRanks, kW, true>;
         decltype(ahead) alone = nullptr;
+        int alone_threads = kThreads;
         if constexpr (nm::kMayRunAlone<kGroup, kElems, kRanks>) alone = rms_norm_rows<T, kGroup, kElems, kRanks, kW, false>;
-        status = nm::launch_forward_rows(ahead, alone, kThreads, kRanks, kThreads / kGroup, rows, stream, x,
-                                         a.x.stride[0], w, y, a.rstd.ptr<float>(), rows, cols, float(a.eps));
+        if constexpr (nm::kMayRunWide<T, kRanks, kW>) {  // a 1,024-thread block a row, not a cluster
+          alone = rms_norm_rows<T, nm::kWideThreads, nm::kWideElems<kRanks>, 1, kW, false>;
+          alone_threads = nm::kWideThreads;
+        }
+        status = nm::launch_forward_rows(ahead, alone, kThreads, alone_threads, kRanks, kThreads / kGroup, rows,
+                                         stream, x, a.x.stride[0], w, y, a.rstd.ptr<float>(), rows, cols, float(a.eps));
       });
     };
     fits = nm::pick_long_tile<T, false>(
