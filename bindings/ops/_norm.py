@@ -107,8 +107,7 @@ TEST_SHAPES = (
     (7, 16384),  # a long row in registers (16 KB+ of fp32 a row)
     (2, 50000),  # longer than any register tile: the steps that loop over a row
     (300, 20001),  # a cluster of 4 over odd rows of 10 a cluster: its last CTA's slice empty, ring refills
-    (1600, 9000),  # 12+ waves of 1,024-thread blocks: step 3's forward takes a block a row, not a cluster of 2
-    (1600, 24584),  # the same in place of a cluster of 4 (32 values a thread, a partial last vector row)
+    (1600, 24584),  # 12+ waves of 1,024-thread blocks: step 3's forward takes one a row, not a cluster of 4
     (1000, 64),  # many short rows: rows per program, warps per row
     (0, 100),  # zero rows: empty outputs, the weight's gradient zero
 )

@@ -303,7 +303,7 @@ cudaError_t layer_norm_03_pipelined_rows(const rosetta::LayerNormArgs& a, cudaSt
         int alone_threads = kThreads;
         if constexpr (nm::kMayRunAlone<kGroup, kElems, kRanks>) alone = layer_norm_rows<T, kGroup, kElems, kRanks, kW, false>;
         if constexpr (nm::kMayRunWide<T, kRanks, kW>) {  // a 1,024-thread block a row, not a cluster
-          alone = layer_norm_rows<T, nm::kWideThreads, nm::kWideElems<kRanks>, 1, kW, false>;
+          alone = layer_norm_rows<T, nm::kWideThreads, nm::kWideElems, 1, kW, false>;
           alone_threads = nm::kWideThreads;
         }
         status = nm::launch_forward_rows(ahead, alone, kThreads, alone_threads, kRanks, kThreads / kGroup, rows,
