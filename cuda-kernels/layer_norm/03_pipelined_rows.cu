@@ -11,11 +11,13 @@ Changed:  rms_norm step 3's idea. (1) persistent groups (as many blocks as fit a
           transaction barrier. The backward keeps dweight's and dbias's sums in registers across
           the chunk, writes its partial rows with 16-byte stores, masks padding one compare a
           vector and forms dx in two FFMAs an element. (4) the partial rows are summed by a
-          wider kernel (32 columns x 32 slices a block) launched as a programmatic dependent.
+          wider kernel launched as a programmatic dependent.
           (5) forward, where the rows make 12 or more waves of blocks, a block tile of 16 values
           drops the row ahead and the persistent grid: one block per row group, each row loaded
           when its turn comes, 16-bit tiles held to 40 registers (3 CTAs of 512 or 6 of 256 an
-          SM, one row each, where the row ahead fits 2 or 4); norm::launch_forward_rows decides.
+          SM, one row each, where the row ahead fits 2 or 4); launch_forward_rows decides.
+          (6) the same rule at 16,385-32,768 16-bit columns: a 1,024-thread block a row, 32
+          values a thread, in place of a cluster of 4.
 Why:      measured before this change (H100, GB/s; bf16): forward 4096^2 2,672, 16384x8192 2,859,
           32768x4096 2,843, 4096x32768 2,569, 32768x2048 2,523, fp32 4096^2 2,899; backward
           4096^2 1,555, 16384x8192 2,398, 32768x4096 2,501, 4096x32768 2,179, fp32 4096^2 2,533,
@@ -45,11 +47,11 @@ Still:    one CTA per SM where a backward tile needs more than 64 registers a th
           off by ~1e-4 relative, where Welford or two passes stay at ~1e-7). Why one block per
           row beats a persistent block walking rows with the same kernel and occupancy is
           measured, not explained (a guess: rows in flight stay neighbours in DRAM). The
-          forward's clusters (rows past 8,192) keep the row ahead, 2,759 GB/s at 4096 x 32768:
-          under the same rule a cluster per row measured 2,577 there, 2,532 at 2048 x 32768
-          (2,730 ahead) and fp32 1024 x 16384 2,174 (2,851), not yet explained (a guess:
-          placing a cluster on a GPC costs more than a block)
-          (results/.../ablation_norm_03_cluster_alone.txt).
+          forward's clusters keep the row ahead: under the rule a cluster per row measured 2,577
+          at 4096 x 32768 (2,759 ahead), 2,532 at 2048 x 32768 (2,730) and fp32 1024 x 16384
+          2,174 (2,851), not yet explained (results/.../ablation_norm_03_cluster_alone.txt); (6)
+          is why clusters of 4 lose: 30 fit, 120 of 132 SMs. A 1,024 x 16 block in place of a
+          cluster of 2 lost in development (4096 x 16384: 2,848 -> 2,479), so (6) stops at 4.
 Limits:   rows past 65,536 elements (8 CTAs x 8,192) are refused before launch (`Max: cols`):
           clusters of more than 8 CTAs need an opt-in and whole GPCs. Workspace (backward):
           2 x groups x cols fp32, groups <= the CTAs (or clusters) resident at once.

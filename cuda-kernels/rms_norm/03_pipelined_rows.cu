@@ -14,10 +14,10 @@ Changed:  (1) persistent groups: as many blocks as fit on the machine at once, e
           for the next row's loads). The backward's dweight accumulators stay per thread across
           the chunk as in step 2, a cluster writing one partial row (each CTA its slice), with
           16-byte stores (norm::store_partial). (4) the partial rows are summed by a wider kernel
-          (32 columns x 32 slices a block, 8 loads in flight a thread) launched as a
-          programmatic dependent of the backward, so its launch overlaps the backward's tail.
+          launched as a programmatic dependent of the backward (its launch overlaps the tail).
           (5) forward on 12+ waves of rows: tiles of 16 values drop the row ahead, a block per
-          row group, 40 registers (norm::launch_forward_rows).
+          row group, 40 registers (norm::launch_forward_rows); (6) at 16,385-32,768 16-bit
+          columns, a 1,024-thread block a row (32 values a thread) in place of a cluster of 4.
 Why:      step 2's block waits, alone, through its row's load latency and then through its
           barriers; only other resident blocks cover either. With the next row already in
           flight, each SM keeps 16-32 KB of loads outstanding through the barrier (Little's law
@@ -33,7 +33,9 @@ Why:      step 2's block waits, alone, through its row's load latency and then t
           32768x4096 ~2,900, 4096x32768 ~2,600, 2048x32768 ~2,470, 32768x2048 ~2,850, fp32
           4096^2 ~2,990; forward unchanged. (5): step 2's kernel, a block per row, beat this step on
           many rows (bench/ablations/norm_03_lean.py: 2,993 against 2,881 at 16384 x 8192);
-          predicted ~2,990 there and at 32768 x 4096.
+          predicted ~2,990 there and at 32768 x 4096. (6): clusters of 4 one-SM CTAs fit 30
+          (120 of 132 SMs); Triton's step 3, a block per row, took 2,980 at 4096 x 32768:
+          predicted ~2,950 (from 2,863).
 Still:    one CTA per SM where a backward tile needs more than 64 registers a thread (512 x 16
           tiles and the clusters): its barriers are covered by the next row alone. fp32 tiles
           of 16 values run x alone ahead (x and dy both spill). dweight still takes a second
@@ -42,7 +44,9 @@ Still:    one CTA per SM where a backward tile needs more than 64 registers a th
           row beats a persistent block walking rows with the same kernel and occupancy, on many
           waves of rows, is measured, not explained (a guess: rows in flight stay neighbours in
           DRAM). Clusters keep the row ahead: a cluster per row measured 2,742 GB/s at 4096 x
-          32768 against 2,858 (results/.../ablation_norm_03_cluster_alone.txt).
+          32768 against 2,858 (results/.../ablation_norm_03_cluster_alone.txt). (6) stops at
+          clusters of 4: a 1,024 x 16 block in place of a cluster of 2 lost in development
+          (4096 x 16384: 2,868 -> 2,610).
 Limits:   rows past 65,536 elements (8 CTAs x 8,192) are refused before launch (`Max: cols`):
           clusters of more than 8 CTAs need an opt-in and whole GPCs. Workspace (backward):
           groups x cols fp32, groups <= the CTAs (or clusters) resident at once.
