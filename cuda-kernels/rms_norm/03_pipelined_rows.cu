@@ -1,9 +1,9 @@
 /*
 Step 3 — rows pipelined through persistent blocks, long rows across a cluster
-Changed:  (1) persistent groups: as many blocks as fit on the machine at once, each walking its
-          rows (forward: every gridDim-th; backward: a contiguous chunk), and the next row's
-          16-byte vectors loaded (kept packed, norm::Packed) before the current row is reduced
-          and stored: two rows in flight per group. (2) one barrier per row: each warp's
+Changed:  (1) persistent groups: as many blocks as fit at once, each walking its rows (forward:
+          every gridDim-th; backward: a contiguous chunk), and the next row's 16-byte vectors
+          loaded (kept packed) before the current row is reduced and stored: two rows in flight
+          per group. (2) one barrier per row: each warp's
           shuffled partial goes to a slot in shared memory, one barrier, and every warp adds the
           slots in the same order (lane j slot j, then a butterfly); two slot arrays alternate
           by row, so no second barrier guards their reuse. (3) rows past 8,192 columns: a
@@ -17,7 +17,7 @@ Changed:  (1) persistent groups: as many blocks as fit on the machine at once, e
           launched as a programmatic dependent of the backward (its launch overlaps the tail).
           (5) forward on 12+ waves of rows: tiles of 16 values drop the row ahead, a block per
           row group, 40 registers (norm::launch_forward_rows); (6) at 16,385-32,768 16-bit
-          columns, a 1,024-thread block a row (32 values a thread) in place of a cluster of 4.
+          columns: a 1,024-thread block a row (32 values a thread), not a cluster of 4.
 Why:      step 2's block waits, alone, through its row's load latency and then through its
           barriers; only other resident blocks cover either. With the next row already in
           flight, each SM keeps 16-32 KB of loads outstanding through the barrier (Little's law
