@@ -3,7 +3,9 @@
 `python -m rosetta.bench --suite` times every step on the shapes users bring (each op spec's
 `suite`) and writes results/<gpu>/dispatch.json: per measured case, the steps that were right, in
 order of their median time. An op with no suite measured yet is ranked at its headline shapes
-(bench.csv: every step is timed there), so step=None runs its fastest step, not its last. A call
+(bench.csv: every step is timed there), so step=None runs its fastest step, not its last; an op
+with a suite has its headline shapes beside it (those the suite lacks, and the forward + backward
+ranking the suite does not time). A call
 is matched to the measured case nearest to it — the same input layout class where one was measured, then the smallest distance in log2 of each dimension of the
 problem (softmax: rows, row length; matmul: M, K, N) — so a shape between measured points takes
 the choice of its neighbour. From that case's ranking the first step whose declared limits the
@@ -68,7 +70,7 @@ class Entry:
     shape: tuple
     layout: str
     ranking: tuple  # ((step, p50_ms), ...): the forward
-    source: str = "suite"  # or "headline": an op with no suite yet, ranked at its headline shapes
+    source: str = "suite"  # or "headline": ranked at one of the op's headline shapes (bench.csv)
     run: str = ""  # the git sha of the run that measured it, where not the table's
     # ((step, forward + backward p50_ms), ...) where both directions were timed: the ranking of a
     # call with a gradient to take, which runs the chosen step's backward too (a step can win the

@@ -141,7 +141,7 @@ def decide(op: str, backend: str, dtype=None, inputs: tuple = (), device=None) -
              + ("" if same_layout else f"; these inputs are {dispatch_table.layout_class(inputs)}, not measured")
              + (", the same shape class)" if dist == 0 else f"), the nearest measured case: {dist:.1f} octaves away)")
              + f" on {table.gpu}, run {entry.run or table.git_sha}"
-             + ("; ranked at the op's headline shapes, its suite not yet measured" if entry.source == "headline" else ""))
+             + ("; a headline shape of the bench" if entry.source == "headline" else ""))
     if chosen is None:
         return fallback(f"none of the steps {where} takes them", alternatives)
     return Decision(chosen, where, alternatives)

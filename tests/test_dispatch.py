@@ -208,6 +208,28 @@ def test_a_call_with_a_gradient_is_ranked_by_forward_plus_backward(table):
     assert dispatch_table.Entry.from_json(entry.to_json()) == entry
 
 
+def test_headline_cases_join_an_ops_suite(table):
+    """An op with a suite keeps its headline cases the suite lacks (the norms' 32,768-column rows),
+    and a suite case that is also a headline takes its forward + backward ranking: a call at 64 x
+    32768 runs the step measured there, not the choice of the nearest suite case."""
+    suite_entries = [Entry("rms_norm", "triton", "bfloat16", (64, 8192), "rara", ((3, 1.0), (4, 1.2))),
+                     Entry("rms_norm", "triton", "bfloat16", (64, 16384), "rara", ((2, 1.0), (3, 1.1)))]
+    def row(step, shape, ms, direction="forward"):
+        return bench_row("rms_norm", "triton", step, shape, ms, direction)
+    rows = [row(3, "64x8192", 0.9), row(3, "64x8192", 5.0, "backward"), row(4, "64x8192", 1.1),
+            row(4, "64x8192", 2.0, "backward"), row(2, "64x32768", 3.0), row(3, "64x32768", 1.0)]
+    entries = shape_suite.with_headlines(suite_entries, shape_suite.headline_entries(rows, skip_ops=set()))
+    assert [(e.shape, e.source, e.ranking, e.grad_ranking) for e in entries] == [
+        ((64, 8192), "suite", ((3, 1.0), (4, 1.2)), ((4, 3.1), (3, 5.9))),
+        ((64, 16384), "suite", ((2, 1.0), (3, 1.1)), ()),
+        ((64, 32768), "headline", ((3, 1.0), (2, 3.0)), ())]
+    table(Table("Test GPU", "abc123", tuple(entries)))
+    x, w = torch.randn(64, 32768, dtype=torch.bfloat16), torch.randn(32768, dtype=torch.bfloat16)
+    assert rosetta.decide("rms_norm", "triton", torch.bfloat16, (x, w)).variant.step == 3
+    x, w = torch.randn(64, 8192, dtype=torch.bfloat16), torch.randn(8192, dtype=torch.bfloat16)
+    assert rosetta.decide("rms_norm", "triton", torch.bfloat16, (x.requires_grad_(), w)).variant.step == 4
+
+
 def test_eager_calls_are_timed_in_turns_and_a_failing_caller_is_reported(monkeypatch):
     """The suite's eager timing: every caller once a round, in the callers' order, the median
     round kept; a caller that raises comes back as its exception, the others still timed."""

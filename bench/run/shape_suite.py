@@ -11,6 +11,8 @@ shows wherever it outweighs the kernel. bench.docs.suite_report turns the rows i
 """
 from __future__ import annotations
 
+import dataclasses
+
 import time
 
 import torch
@@ -61,7 +63,7 @@ def table_entries(rows: list[dict]) -> list[dispatch_table.Entry]:
 
 
 def headline_entries(bench_rows: list[dict], skip_ops: set) -> list[dispatch_table.Entry]:
-    """For each op not in skip_ops (those the suite measured): per forward headline case and
+    """For each op not in skip_ops: per forward headline case and
     backend, the steps that were right, fastest first (and, where the backward was timed too, by
     forward + backward: grad_ranking), from bench.csv, where every step is timed
     at the headlines (a sweep times only the chosen step, so it ranks nothing). Cases that give the
@@ -93,12 +95,26 @@ def headline_entries(bench_rows: list[dict], skip_ops: set) -> list[dispatch_tab
     return entries
 
 
+def with_headlines(suite_entries: list, headlines: list) -> list:
+    """The suite's cases, then the headline cases the suite does not have (rows of 32,768 for the
+    norms, whose suite stops at 16,384: without them such a call took the choice of a neighbour
+    that another step wins). Where a headline case is also a suite case, the suite's forward
+    ranking stays and takes the headline's forward + backward one (the suite times the forward
+    only)."""
+    def key(e):
+        return e.op, e.backend, e.dtype, e.shape, e.layout
+    by_case = {key(e): e for e in headlines}
+    merged = [dataclasses.replace(e, grad_ranking=by_case[key(e)].grad_ranking) if key(e) in by_case else e
+              for e in suite_entries]
+    measured = {key(e) for e in suite_entries}
+    return merged + [e for e in headlines if key(e) not in measured]
+
+
 def write_table(out_dir, env: dict) -> None:
-    """dispatch.json from every suite case of suite.csv and, for the ops without one, the
-    headline cases of bench.csv."""
-    suite_rows = results.read_rows(out_dir / "suite.csv")
-    entries = table_entries(suite_rows)
-    entries += headline_entries(results.read_rows(out_dir / "bench.csv"), {e.op for e in entries})
+    """dispatch.json from every suite case of suite.csv and the headline cases of bench.csv
+    (with_headlines)."""
+    entries = with_headlines(table_entries(results.read_rows(out_dir / "suite.csv")),
+                             headline_entries(results.read_rows(out_dir / "bench.csv"), set()))
     dispatch_table.write(out_dir / dispatch_table.TABLE_NAME, env["gpu"], env["git_sha"], entries)
     dispatch_table.forget()
     calls.forget()  # choices cached under the old table
