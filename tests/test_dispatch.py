@@ -169,19 +169,20 @@ def bench_row(op, backend, step, shape, ms, direction="forward", role="headline"
             "shape": shape, "direction": direction, "role": role, "status": status, "p50_ms": ms, "git_sha": "run1"}
 
 
-def test_an_op_without_a_suite_is_ranked_at_its_headlines(table):
-    """An op the suite has not measured gets step=None from bench.csv's forward headlines: fastest
-    first, wrong and backward rows left out, a causal case (the same problem shape) not counted twice,
-    and explain says where the ranking came from."""
+def test_an_op_is_ranked_at_its_headlines(table):
+    """Every op's bench.csv forward headlines rank its steps for step=None: fastest first, wrong and
+    backward rows left out, a causal case (the same problem shape) not counted twice, and explain
+    says where the ranking came from."""
     rows = [bench_row("attention", "triton", 2, "1x2x256x256x64", 1.0),
             bench_row("attention", "triton", 3, "1x2x256x256x64", 1.5),
             bench_row("attention", "triton", 1, "1x2x256x256x64", 0.5, status="wrong"),
             bench_row("attention", "triton", 1, "1x2x256x256x64", 0.1, direction="backward"),
             bench_row("attention", "triton", 3, "1x2x256x256x64x1", 0.2),  # causal: same inputs
             bench_row("softmax", "triton", 1, "64x1000", 1.0)]
-    entries = shape_suite.headline_entries(rows, skip_ops={"softmax"})
+    entries = shape_suite.headline_entries(rows)
     assert [(e.op, e.shape, e.ranking, e.source, e.run) for e in entries] == [
-        ("attention", (1, 2, 256, 256, 64), ((2, 1.0), (3, 1.5)), "headline", "run1")]
+        ("attention", (1, 2, 256, 256, 64), ((2, 1.0), (3, 1.5)), "headline", "run1"),
+        ("softmax", (64, 1000), ((1, 1.0),), "headline", "run1")]
     table(Table("Test GPU", "abc123", tuple(entries)))
     q, k, v = (torch.randn(1, 2, 200, 64, dtype=torch.bfloat16) for _ in range(3))
     decision = rosetta.explain("attention", q, k, v, backend="triton")
@@ -196,7 +197,7 @@ def test_a_call_with_a_gradient_is_ranked_by_forward_plus_backward(table):
         return bench_row("rms_norm", "triton", step, "64x8192", ms, direction)
     rows = [row(3, 1.0), row(3, 5.0, "backward"), row(4, 1.5), row(4, 2.0, "backward"),
             row(1, 0.9)]  # step 1: no backward timed, so in the forward ranking only
-    entry, = shape_suite.headline_entries(rows, skip_ops=set())
+    entry, = shape_suite.headline_entries(rows)
     assert entry.ranking == ((1, 0.9), (3, 1.0), (4, 1.5)) and entry.grad_ranking == ((4, 3.5), (3, 6.0))
     table(Table("Test GPU", "abc123", (entry,)))
     x, w = torch.randn(64, 8192, dtype=torch.bfloat16), torch.randn(8192, dtype=torch.bfloat16)
@@ -218,7 +219,7 @@ def test_headline_cases_join_an_ops_suite(table):
         return bench_row("rms_norm", "triton", step, shape, ms, direction)
     rows = [row(3, "64x8192", 0.9), row(3, "64x8192", 5.0, "backward"), row(4, "64x8192", 1.1),
             row(4, "64x8192", 2.0, "backward"), row(2, "64x32768", 3.0), row(3, "64x32768", 1.0)]
-    entries = shape_suite.with_headlines(suite_entries, shape_suite.headline_entries(rows, skip_ops=set()))
+    entries = shape_suite.with_headlines(suite_entries, shape_suite.headline_entries(rows))
     assert [(e.shape, e.source, e.ranking, e.grad_ranking) for e in entries] == [
         ((64, 8192), "suite", ((3, 1.0), (4, 1.2)), ((4, 3.1), (3, 5.9))),
         ((64, 16384), "suite", ((2, 1.0), (3, 1.1)), ()),

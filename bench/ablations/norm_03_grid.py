@@ -73,10 +73,13 @@ def time_subjects(label, subjects, dt, ln_ref, rms_ref, gb, flush):
     print(f"{label}: " + "  ".join(f"{n} {gb / (r['p50_ms'] / 1e3):.0f}" for n, r in zip(names, res)), flush=True)
 
 
-def main():
+def forwards(shapes, step_3_subjects):
+    """For each (rows, cols, dtype): torch.compile, Liger, CUDA step 2 and Triton steps 1 and 3,
+    beside `step_3_subjects(ln, rms)` (name -> call; ln(step) / rms(step) make a CUDA step's call),
+    checked and timed by time_subjects."""
     flush = Flush("read")
     compiled = torch.compile(F.layer_norm)
-    for rows, cols, dt in SHAPES:
+    for rows, cols, dt in shapes:
         x, w, b = (torch.randn(*s, device="cuda", dtype=dt) for s in ((rows, cols), (cols,), (cols,)))
         ln_ref = F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5)
         rms_ref = F.rms_norm(x.double(), (cols,), w.double(), 1e-5)
@@ -84,14 +87,19 @@ def main():
         rms = lambda step: lambda: rosetta.rms_norm(x, w, backend="cuda", step=step)  # noqa: E731
         subjects = {"compile": lambda: compiled(x, (cols,), w, b, 1e-5),
                     "liger": lambda: LigerLayerNormFunction.apply(x, w, b, 1e-5),
-                    "ln_c2": ln(2), "ln_c3": with_grid("1", ln(3)), "ln_c3_all": with_grid("0", ln(3)),
-                    "ln_c3_x2": with_grid("2", ln(3)),
+                    "ln_c2": ln(2),
                     "ln_t1": lambda: rosetta.layer_norm(x, w, b, backend="triton", step=1),
                     "ln_t3": lambda: rosetta.layer_norm(x, w, b, backend="triton", step=3),
-                    "rms_c2": rms(2), "rms_c3": with_grid("1", rms(3)), "rms_c3_all": with_grid("0", rms(3)),
-                    "rms_liger": lambda: LigerRMSNormFunction.apply(x, w, 1e-5)}
+                    "rms_c2": rms(2), "rms_liger": lambda: LigerRMSNormFunction.apply(x, w, 1e-5),
+                    **step_3_subjects(ln, rms)}
         time_subjects(f"{rows}x{cols} {str(dt)[6:]}", subjects, dt, ln_ref, rms_ref,
                       2 * x.numel() * x.element_size() / 1e9, flush)
+
+
+def main():
+    forwards(SHAPES, lambda ln, rms: {
+        "ln_c3": with_grid("1", ln(3)), "ln_c3_all": with_grid("0", ln(3)), "ln_c3_x2": with_grid("2", ln(3)),
+        "rms_c3": with_grid("1", rms(3)), "rms_c3_all": with_grid("0", rms(3))})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ norm_03_lean.patch (beside this file) adds a switch there, read on every call:
                              (the step before the rule)
   NORM_FWD=alone             the kernel without, one block per row group, whatever the rows
   NORM_FWD=alone_persistent  the kernel without, in the persistent grid
-Tiles with no kernel without a row ahead (warp tiles, clusters) run the committed step.
+Tiles with no kernel without a row ahead (warp tiles, clusters of 2 and 8) run the committed step;
+a cluster of 4's is the 1,024-thread block a row (step 3's (6)).
 
 On a GPU box, from the repository root:
   git apply bench/ablations/norm_03_lean.patch
@@ -24,14 +25,8 @@ turns with the bench's method (CUDA graph replays, L2 flushed, median; timing.me
 switches are read at graph capture, so each subject's graph keeps its own kernel. GB/s counts 2 |x|.
 """
 import torch
-import torch.nn.functional as F
-from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
-import rosetta
-from rosetta.timing import Flush
-
-from norm_03_grid import time_subjects, with_env  # beside this file
+from norm_03_grid import forwards, with_env  # beside this file
 
 SHAPES = [(4096, 4096, torch.bfloat16), (16384, 8192, torch.bfloat16), (32768, 4096, torch.bfloat16),
           (4096, 8192, torch.bfloat16), (8192, 2048, torch.bfloat16), (4096, 6000, torch.bfloat16),
@@ -39,25 +34,11 @@ SHAPES = [(4096, 4096, torch.bfloat16), (16384, 8192, torch.bfloat16), (32768, 4
 
 
 def main():
-    flush = Flush("read")
-    compiled = torch.compile(F.layer_norm)
-    for rows, cols, dt in SHAPES:
-        x, w, b = (torch.randn(*s, device="cuda", dtype=dt) for s in ((rows, cols), (cols,), (cols,)))
-        ln_ref = F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5)
-        rms_ref = F.rms_norm(x.double(), (cols,), w.double(), 1e-5)
-        ln = lambda step: lambda: rosetta.layer_norm(x, w, b, backend="cuda", step=step)  # noqa: E731
-        rms = lambda step: lambda: rosetta.rms_norm(x, w, backend="cuda", step=step)  # noqa: E731
-        subjects = {"compile": lambda: compiled(x, (cols,), w, b, 1e-5),
-                    "liger": lambda: LigerLayerNormFunction.apply(x, w, b, 1e-5),
-                    "ln_c2": ln(2), "ln_c3": with_env({"NORM_FWD": "ahead"}, ln(3)),
-                    "ln_c3_lean": with_env({"NORM_FWD": "alone_persistent"}, ln(3)),
-                    "ln_c3_lean_all": with_env({"NORM_FWD": "alone"}, ln(3)), "ln_c3_now": ln(3),
-                    "ln_t1": lambda: rosetta.layer_norm(x, w, b, backend="triton", step=1),
-                    "ln_t3": lambda: rosetta.layer_norm(x, w, b, backend="triton", step=3),
-                    "rms_c2": rms(2), "rms_c3": with_env({"NORM_FWD": "ahead"}, rms(3)),
-                    "rms_liger": lambda: LigerRMSNormFunction.apply(x, w, 1e-5)}
-        time_subjects(f"{rows}x{cols} {str(dt)[6:]}", subjects, dt, ln_ref, rms_ref,
-                      2 * x.numel() * x.element_size() / 1e9, flush)
+    forwards(SHAPES, lambda ln, rms: {
+        "ln_c3": with_env({"NORM_FWD": "ahead"}, ln(3)),
+        "ln_c3_lean": with_env({"NORM_FWD": "alone_persistent"}, ln(3)),
+        "ln_c3_lean_all": with_env({"NORM_FWD": "alone"}, ln(3)), "ln_c3_now": ln(3),
+        "rms_c3": with_env({"NORM_FWD": "ahead"}, rms(3))})
 
 
 if __name__ == "__main__":

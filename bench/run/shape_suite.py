@@ -12,7 +12,6 @@ shows wherever it outweighs the kernel. bench.docs.suite_report turns the rows i
 from __future__ import annotations
 
 import dataclasses
-
 import time
 
 import torch
@@ -62,15 +61,14 @@ def table_entries(rows: list[dict]) -> list[dispatch_table.Entry]:
     return entries
 
 
-def headline_entries(bench_rows: list[dict], skip_ops: set) -> list[dispatch_table.Entry]:
-    """For each op not in skip_ops: per forward headline case and
-    backend, the steps that were right, fastest first (and, where the backward was timed too, by
-    forward + backward: grad_ranking), from bench.csv, where every step is timed
-    at the headlines (a sweep times only the chosen step, so it ranks nothing). Cases that give the
+def headline_entries(bench_rows: list[dict]) -> list[dispatch_table.Entry]:
+    """For each op: per forward headline case and backend, the steps that were right, fastest first
+    (and, where the backward was timed too, by forward + backward: grad_ranking), from bench.csv,
+    where every step is timed at the headlines (a sweep times only the chosen step, so it ranks nothing). Cases that give the
     same problem shape (attention causal or not: causal is a parameter, not an input) keep the first."""
     entries, seen = [], set()
     timed = [r for r in bench_rows if r["role"] == "headline" and r["status"] == "ok"
-             and r["backend"] in rosetta.BACKENDS and r["op"] not in skip_ops and r["op"] in SPECS]
+             and r["backend"] in rosetta.BACKENDS and r["op"] in SPECS]
     ok = [r for r in timed if r["direction"] == "forward"]
     backward = {(r["op"], r["dtype"], r["shape"], r["backend"], r["label"]): float(r["p50_ms"])
                 for r in timed if r["direction"] == "backward"}
@@ -114,7 +112,7 @@ def write_table(out_dir, env: dict) -> None:
     """dispatch.json from every suite case of suite.csv and the headline cases of bench.csv
     (with_headlines)."""
     entries = with_headlines(table_entries(results.read_rows(out_dir / "suite.csv")),
-                             headline_entries(results.read_rows(out_dir / "bench.csv"), set()))
+                             headline_entries(results.read_rows(out_dir / "bench.csv")))
     dispatch_table.write(out_dir / dispatch_table.TABLE_NAME, env["gpu"], env["git_sha"], entries)
     dispatch_table.forget()
     calls.forget()  # choices cached under the old table

@@ -339,9 +339,9 @@ cudaError_t launch_rows(Kernel kernel, int64_t groups, int ranks, int threads, c
 // The forward's rows of 16,385-32,768 16-bit columns: one block of kWideThreads a row (32 values a
 // thread, the row in registers, no row ahead) in place of a cluster of 4 CTAs, on the same
 // kAloneWaves rule: all 132 SMs, where clusters of 4 one-SM CTAs fit 30 (120 SMs). Measured on
-// H100 (layer_norm bf16, GB/s): 4096 x 32768 2,752 -> 2,958. Not for clusters of 2: a 1,024 x 16
-// block a row of 16,384 lost to them (2,848 -> 2,479). The whole-vector path only (the
-// element-wise one spills at 64 registers).
+// H100 (layer_norm bf16, GB/s): 4096 x 32768 2,752 -> 2,944 (run 8d5086c82d25). Not for clusters
+// of 2: a 1,024 x 16 block a row of 16,384 lost to them in development (2,848 -> 2,479). The
+// whole-vector path only (layer_norm's element-wise one spills 68 bytes at 64 registers).
 constexpr int kWideThreads = 1024, kWideElems = 32;
 template <typename T, int kRanks, bool kWhole>
 constexpr bool kMayRunWide = sizeof(T) == 2 && kWhole && kRanks == 4;
