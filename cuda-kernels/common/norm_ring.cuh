@@ -7,7 +7,7 @@
 //   block_sums                    a row's pair of sums over the block (or its cluster), step 3's
 //                                 one barrier
 //   pick_ring_tile, plan_ring     the tiles by row length, clusters past 8,192 columns; the
-//                                 persistent grid and its chunks
+//                                 persistent grid (one CTA an SM for 64 KB rings) and its chunks
 #pragma once
 
 #include "hopper.cuh"
@@ -150,15 +150,25 @@ bool pick_ring_tile(int64_t cols, F launch) {
   return true;
 }
 
+// A CTA whose ring holds at least this many bytes keeps what an SM needs in flight (~35 KB at
+// ~3 TB/s and ~1.5 us of loaded latency) by itself, so it runs alone on its SM: a second CTA there
+// adds no bytes that matter, only its own barrier waits and, backward, a second partial row to
+// write and sum (4,096 columns of bf16 x and dy: 4 x 16 KB rings, 132 partial rows, not 264).
+constexpr int kRingAloneBytes = 64 * 1024;
+
 // A persistent grid of `kernel` with `ring_bytes` of dynamic shared memory a CTA: as many groups
-// (CTAs, or clusters of `ranks`) as fit at once, no more than rows; each a contiguous chunk.
-// 0 blocks (status says why, if it can) when none fits.
+// (CTAs, or clusters of `ranks`) as fit at once (one CTA an SM from kRingAloneBytes), no more than
+// rows; each a contiguous chunk. 0 blocks (status says why, if it can) when none fits.
 template <typename Kernel>
 Chunks plan_ring(Kernel kernel, int threads, int ranks, int ring_bytes, int64_t rows, cudaStream_t stream,
                  cudaError_t& status) {
   status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ring_bytes);
   if (status != cudaSuccess) return {rows, 0};
-  return plan_long_chunks(kernel, threads, ranks, rows, 1, stream, size_t(ring_bytes));
+  const Chunks plan = plan_long_chunks(kernel, threads, ranks, rows, 1, stream, size_t(ring_bytes));
+  const int64_t alone = sm_count() / ranks;  // groups of one CTA an SM
+  if (ring_bytes < kRingAloneBytes || int64_t(plan.blocks) <= alone) return plan;
+  const int64_t chunk = ceil_div(rows, alone);
+  return {chunk, unsigned(ceil_div(rows, chunk))};
 }
 
 // Rows of whole 16-byte vectors from 16-byte-aligned starts: copied as they are, read as vectors.

@@ -28,7 +28,7 @@ Still:    a program waits for its slowest peer on every row, an L2 round trip wh
           exchange is a DSMEM one. The forward gains nothing: step 3 already holds a 64 KB row in
           one program's registers, so the split only adds the wait. Under TRITON_INTERPRET=1
           programs run one after another and cannot wait: there the slice is the whole row, and
-          only a GPU runs the exchange. The posted words take a memset a call.
+          only a GPU runs the exchange. The posted words take a memset a call where a row is split.
 Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536 (32 slices).
           Every program of the grid must be resident at once (registers capped for it, maxnreg):
           other work holding SMs (another stream, MPS, a green context) makes the groups wait
@@ -40,13 +40,14 @@ Max:      cols <= 65536
 Mirrors:  CUDA step 3 (a long row across a cluster's CTAs, the sums through DSMEM), with L2 and
           posted words in place of DSMEM and the cluster barrier
 """
+import torch
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import next_power_of_2
 from rosetta.triton_kernels.norm_common import empty_partials, share, split_kernel, split_plan, split_workspace, \
-    sum_partials
+    sum_counted_partials
 
 
 @triton.jit
@@ -100,6 +101,7 @@ def rms_norm_backward_kernel(
     dx_ptr,  # gradient of x, contiguous rows x cols
     partial_ptr,  # fp32 (1, groups, cols): row g is group g's sum of dy*x*rstd
     part_ptr,  # int64 [2, rows, slices], zeroed: posted words (norm_common.share), each slice's partial dot
+    count_ptr,  # int32 (1,): partial rows written (program 0 stores groups), for step 3's sum
     rows,
     cols,
     x_row_stride,
@@ -112,6 +114,8 @@ def rms_norm_backward_kernel(
     s = pid % slices
     group = pid // slices
     groups = tl.num_programs(0) // slices
+    if pid == 0:
+        tl.store(count_ptr, groups)
     c = s * SLICE + tl.arange(0, SLICE)
     c_mask = c < cols
     w = tl.load(w_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
@@ -164,8 +168,9 @@ def launch_backward(x, weight, rstd, dy, dx, dweight):
         return
     width, warps, per_sm, slices, groups = split_plan(x.device, int(rows), int(cols), x.element_size())
     part = split_workspace(rows, slices, x.device)
+    count = torch.empty(1, dtype=torch.int32, device=x.device)
     partial = empty_partials(1, groups, cols, x.device)
     wrap_triton(split_kernel(rms_norm_backward_kernel, warps, per_sm))[(groups * slices,)](
-        x, weight, rstd, dy, dx, partial, part, rows, cols, x.stride(0), dy.stride(0), slices, SLICE=width,
+        x, weight, rstd, dy, dx, partial, part, count, rows, cols, x.stride(0), dy.stride(0), slices, SLICE=width,
         SLICES_P2=next_power_of_2(slices))
-    sum_partials(partial, dweight)
+    sum_counted_partials(partial, count, dweight)
