@@ -7,7 +7,7 @@
 //   block_sums                    a row's pair of sums over the block (or its cluster), step 3's
 //                                 one barrier
 //   pick_ring_tile, plan_ring     the tiles by row length, clusters past 8,192 columns; the
-//                                 persistent grid (one CTA an SM for 64 KB rings) and its chunks
+//                                 persistent grid (a CTA with a 64 KB ring: one an SM) and its chunks
 #pragma once
 
 #include "hopper.cuh"
@@ -154,20 +154,22 @@ bool pick_ring_tile(int64_t cols, F launch) {
 // ~3 TB/s and ~1.5 us of loaded latency) by itself, so it runs alone on its SM: a second CTA there
 // adds no bytes that matter, only its own barrier waits and, backward, a second partial row to
 // write and sum (4,096 columns of bf16 x and dy: 4 x 16 KB rings, 132 partial rows, not 264).
+// Single CTAs only: capping clusters below what fits placed them unevenly (rms_norm's forward at
+// 4096 x 32768, whose clusters of 4 fit two 58-register CTAs an SM, measured 204 -> 270 us).
 constexpr int kRingAloneBytes = 64 * 1024;
 
 // A persistent grid of `kernel` with `ring_bytes` of dynamic shared memory a CTA: as many groups
-// (CTAs, or clusters of `ranks`) as fit at once (one CTA an SM from kRingAloneBytes), no more than
-// rows; each a contiguous chunk. 0 blocks (status says why, if it can) when none fits.
+// (CTAs, or clusters of `ranks`) as fit at once (a CTA with a ring of kRingAloneBytes or more:
+// one an SM), no more than rows; each a contiguous chunk. 0 blocks (status says why, if it can)
+// when none fits.
 template <typename Kernel>
 Chunks plan_ring(Kernel kernel, int threads, int ranks, int ring_bytes, int64_t rows, cudaStream_t stream,
                  cudaError_t& status) {
   status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ring_bytes);
   if (status != cudaSuccess) return {rows, 0};
   const Chunks plan = plan_long_chunks(kernel, threads, ranks, rows, 1, stream, size_t(ring_bytes));
-  const int64_t alone = sm_count() / ranks;  // groups of one CTA an SM
-  if (ring_bytes < kRingAloneBytes || int64_t(plan.blocks) <= alone) return plan;
-  const int64_t chunk = ceil_div(rows, alone);
+  if (ranks > 1 || ring_bytes < kRingAloneBytes || int64_t(plan.blocks) <= sm_count()) return plan;
+  const int64_t chunk = ceil_div(rows, sm_count());
   return {chunk, unsigned(ceil_div(rows, chunk))};
 }
 
