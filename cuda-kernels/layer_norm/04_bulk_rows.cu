@@ -10,9 +10,12 @@ Changed:  no thread loads x or dy any more. Each persistent CTA owns a contiguou
           same shifted sums, same dx formula, dweight and dbias partial rows summed by the same
           dependent kernel). Rows that do not start on 16 bytes are copied as the 16-byte-aligned
           window around them and read at their offset in it (element by element). The weight and
-          bias are read once per CTA into registers. Past 8,192 columns, step 3's clusters: CTA r
-          of 2, 4 or 8 rings its slice [8192 r, 8192 (r + 1)) of each row, and the row's sums
-          cross the cluster by step 3's exchange, whose wait also tells thread 0 the buffer is read.
+          bias are read once per CTA into registers. A CTA whose ring holds 64 KB or more (the
+          backward at 4,096 16-bit columns, 4,096 fp32 columns) runs alone on its SM: 132 chunks
+          and partial rows at most, not 264 (norm_ring.cuh, plan_ring). Past 8,192 columns, step 3's
+          clusters: CTA r of 2, 4 or 8 rings its slice [8192 r, 8192 (r + 1)) of each row, and the
+          row's sums cross the cluster by step 3's exchange, whose wait also tells thread 0 the
+          buffer is read.
 Why:      step 3 keeps one row ahead in registers: a 256 x 16 bf16 backward tile holds x's and
           dy's next row, 64 bytes a thread, 32 KB an SM at its two CTAs. At ~3 TB/s and ~1.5 us of
           loaded DRAM latency an SM needs ~35 KB in flight, and it has that only while no thread
@@ -25,15 +28,21 @@ Why:      step 3 keeps one row ahead in registers: a 256 x 16 bf16 backward tile
           clusters: step 3's backward there (one 512 x 16 CTA an SM, 116-124 registers) measured
           2,202 at 4096 x 32768 where rms_norm's step 3 took 2,764; predicted ~2,750.
 Still:    the copy of a row lands whole before any thread starts on it, and the first kStages rows
-          of each chunk are the pipeline's fill: at 4,096 rows that is 4 of a CTA's 16 (measured
+          of each chunk are the pipeline's fill: at 4,096 rows that is 4 of a CTA's 32 (measured
           in development, bf16 backward: 4096^2 2,153 -> 2,405 GB/s, 16384x8192 2,498 -> 2,791,
-          32768x4096 2,615 -> 2,794). The forward gains nothing: step 3's registers already had
-          its one tensor in flight, and here it measured 3-8% slower (4096^2 2,925 -> 2,678), on
-          clusters 15% (4096 x 32768: 2,752 -> 2,332). The clusters' backward measured 2,565 at
-          4096 x 32768, not ~2,750: a ring moves ~21 GB/s an SM (2,789 over 132 CTAs at 16384 x
-          8192, 2,565 over 120), and clusters of 4 one-SM CTAs fit 30 on the GPCs, 120 of the 132
-          SMs. Rows of 1,024 or fewer (a warp a row) are not this step's. The ring, the windows
-          and the tiles are shared with rms_norm step 4 (norm_ring.cuh).
+          32768x4096 2,615 -> 2,794, at two CTAs an SM). One CTA an SM, predicted from a
+          development run in turns (4096^2 backward 40.7 -> 39.7 us, 256 -> 128 partial rows and
+          half the sum kernel's reads): +2.5%; measured 2,427 -> 2,578 GB/s (+6%), fp32 2,656 ->
+          2,740, 32768x4096 2,792 -> 2,801 (runs 8d5086c82d25, 3113cf739b37). 2,700 would be
+          37.3 us against 39.1: the bytes alone take ~33.5 at ~3,000 GB/s, and what the other
+          ~5.5 are (launch, fill, tail, the sum kernel) no profile here has split yet. The
+          forward gains nothing: step 3's registers already had its one tensor in flight, and
+          here it measured 3-8% slower (4096^2 2,925 -> 2,678), on clusters 15% (4096 x 32768:
+          2,752 -> 2,332). The clusters' backward measured 2,565 at 4096 x 32768, not ~2,750: a
+          ring moves ~21 GB/s an SM (2,789 over 132 CTAs at 16384 x 8192, 2,565 over 120), and
+          clusters of 4 one-SM CTAs fit 30 on the GPCs, 120 of the 132 SMs. Rows of 1,024 or
+          fewer (a warp a row) are not this step's. The ring, the windows and the tiles are
+          shared with rms_norm step 4 (norm_ring.cuh).
 Limits:   1,025 <= cols <= 65,536, refused before launch otherwise (`Min:`, `Max:`). Workspace
           (backward): 2 x groups x cols fp32, a group a CTA or a cluster.
 Layout:   rows

@@ -7,8 +7,10 @@ Changed:  layer_norm step 4's idea (norm_ring.cuh): x's (and dy's) rows are no l
           right after the row's one barrier. Threads read their vectors from shared memory and
           reduce, scale and store as step 3 does (same tiles and formulas; dweight's partial rows
           summed by the same dependent kernel). Unaligned rows are copied as their 16-byte-aligned
-          window. The weight is read once per CTA into registers. Past 8,192 columns, step 3's
-          clusters, each CTA ringing its 8,192-column slice (as layer_norm step 4).
+          window. The weight is read once per CTA into registers. A CTA with a ring of 64 KB or
+          more runs alone on its SM (as layer_norm step 4: 128 partial rows at 4096^2 bf16, not
+          256). Past 8,192 columns, step 3's clusters, each CTA ringing its 8,192-column slice
+          (as layer_norm step 4).
 Why:      step 3 has one row ahead in registers (bf16 backward 256 x 16 tile: 64 bytes a thread,
           32 KB an SM at two CTAs), short of the ~35 KB an SM needs in flight at ~3 TB/s, and
           only while no thread is between its barrier and its stores. layer_norm's step 4 measured
@@ -21,7 +23,9 @@ Still:    measured, this gains nothing here (bf16 backward 4096^2 2,621 -> 2,617
           that both ops' rings top out at, its loop being short enough that registers never
           capped its rows in flight. On clusters it loses (4096 x 32768 backward 2,764 -> 2,575,
           forward 2,863 -> 2,618): step 3 moved 23 GB/s an SM on the 120 SMs that clusters of 4
-          fit, a ring ~21. Kept for that lesson. As layer_norm step 4: a copy lands whole before
+          fit, a ring ~21. Kept for that lesson. One CTA an SM: backward 4096^2 2,611 -> 2,630
+          GB/s, fp32 2,750 -> 2,768 (runs 8d5086c82d25, 3113cf739b37): RMSNorm's one partial row
+          a CTA was half layer_norm's to save. As layer_norm step 4: a copy lands whole before
           the row starts, each chunk's first rows are the fill; rows of 1,024 or fewer are not
           this step's.
 Limits:   1,025 <= cols <= 65,536, refused before launch otherwise (`Min:`, `Max:`). Workspace
