@@ -34,7 +34,7 @@ Still:    the copy of a row lands whole before any thread starts on it, and the 
           development run in turns (4096^2 backward 40.7 -> 39.7 us, 256 -> 128 partial rows and
           half the sum kernel's reads): +2.5%; measured 2,427 -> 2,578 GB/s (+6%), fp32 2,656 ->
           2,740, 32768x4096 2,792 -> 2,801 (runs 8d5086c82d25, 3113cf739b37). 2,700 would be
-          37.3 us against 39.1: the bytes alone take ~33.5 at ~3,000 GB/s, and what the other
+          37.3 us against 39.0: the bytes alone take ~33.5 at ~3,000 GB/s, and what the other
           ~5.5 are (launch, fill, tail, the sum kernel) no profile here has split yet. The
           forward gains nothing: step 3's registers already had its one tensor in flight, and
           here it measured 3-8% slower (4096^2 2,925 -> 2,678), on clusters 15% (4096 x 32768:
