@@ -64,8 +64,9 @@ def table_entries(rows: list[dict]) -> list[dispatch_table.Entry]:
 def headline_entries(bench_rows: list[dict]) -> list[dispatch_table.Entry]:
     """For each op: per forward headline case and backend, the steps that were right, fastest first
     (and, where the backward was timed too, by forward + backward: grad_ranking), from bench.csv,
-    where every step is timed at the headlines (a sweep times only the chosen step, so it ranks nothing). Cases that give the
-    same problem shape (attention causal or not: causal is a parameter, not an input) keep the first."""
+    where every step is timed at the headlines (a sweep times only the chosen step, so it ranks
+    nothing). Cases that give the same problem shape (attention causal or not: causal is a
+    parameter, not an input) keep the first."""
     entries, seen = [], set()
     timed = [r for r in bench_rows if r["role"] == "headline" and r["status"] == "ok"
              and r["backend"] in rosetta.BACKENDS and r["op"] in SPECS]

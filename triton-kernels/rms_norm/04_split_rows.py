@@ -9,9 +9,10 @@ Changed:  a long row is cut into slices, and a group of consecutive programs sha
           slices are loaded before the wait (the forward's two rows ahead), so the loads stay in
           flight through it. The backward's dweight sum for the program's columns stays in
           registers across the launch: one partial row per group, summed in a fixed order by
-          step 3's one launch (program 0 writes the count). The grid is a host table (norm_common.split_plan), not a tuner: rows up
-          to 16 KB stay whole in one program (16 values a thread and tensor, fp32 8, 16 warps an
-          SM), longer ones split into slices of 2,048 at 4 warps, 4 programs an SM.
+          step 3's one launch (program 0 writes the count). The grid is a host table
+          (norm_common.split_plan), not a tuner: rows up to 16 KB stay whole in one program (16
+          values a thread and tensor, fp32 8, 16 warps an SM), longer ones split into slices of
+          2,048 at 4 warps, 4 programs an SM.
 Why:      step 3 streams a row of 32,768 columns in chunks, twice: pass 2 reads each chunk again
           from L2 and read-modify-writes its fp32 partial row there, ~18 bytes of L2 traffic an
           element against 6 from DRAM: 1,150 GB/s backward (bf16, 4,096 x 32,768), where CUDA
