@@ -31,6 +31,12 @@ _STRIDED = torch.strided
 _is_compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _grad_enabled = torch.is_grad_enabled
+_empty_strided = torch.empty_strided
+# autograd.Function.apply is a Python classmethod around this C one: it checks for functorch
+# transforms and unwraps dead functorch wrappers on every call (~1.5 us), then calls it.
+_apply_c = torch._C._FunctionBase.__dict__["apply"]
+_functorch_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
 def call(op: str, backend: str, step: int | None, inputs: tuple, params: tuple = ()):
@@ -125,20 +131,35 @@ def direct(v, direction: str, inputs: tuple | None = None):
         outs_like = as_tuple(allocate(*(torch.empty_like(t, device="meta") for t in inputs)))  # no memory
         in_views = [_view_if_needed(spec, name, t) for name, t in zip(d.inputs, inputs)]
         out_views = [_view_if_needed(spec, name, t) for name, t in zip(d.outputs, outs_like)]
-        if not any(in_views) and not any(out_views):
-            def run_plain(*args):  # the kernel takes the tensors as they are (e.g. 2-D softmax rows)
-                tensors = args[:n]
-                out = allocate(*tensors)
-                raw(*tensors, *(out if several else (out,)), *args[n:])
+        # allocate()'s outputs made straight from their sizes and strides, which the signature fixes:
+        # torch.empty_strided parses its arguments in half the time new_empty(shape) takes
+        device, made = inputs[0].device, [(tuple(o.shape), o.stride(), o.dtype) for o in outs_like]
+
+        def new_outputs():
+            return tuple([_empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in made])
+
+        if not any(in_views) and not any(out_views):  # the kernel takes the tensors as they are
+            if several:
+                def run_plain(*args):
+                    out = new_outputs()
+                    raw(*args[:n], *out, *args[n:])
+                    return out
+                return run_plain
+            (shape, stride, dtype), = made
+
+            def run_one(*args):  # e.g. 2-D softmax rows: one output, no view
+                out = _empty_strided(shape, stride, dtype=dtype, device=device)
+                raw(*args[:n], out, *args[n:])
                 return out
-            return run_plain
+            return run_one
+
+        in_views = [f or _same for f in in_views]
+        out_views = [f or _same for f in out_views]
 
         def run_viewed(*args):  # only the views this signature needs (e.g. reduce_sum's 0-dim output)
-            tensors = args[:n]
-            out = allocate(*tensors)
-            raw(*(f(t) if f else t for f, t in zip(in_views, tensors)),
-                *(f(t) if f else t for f, t in zip(out_views, out if several else (out,))), *args[n:])
-            return out
+            out = new_outputs()
+            raw(*[f(t) for f, t in zip(in_views, args)], *[f(t) for f, t in zip(out_views, out)], *args[n:])
+            return out if several else out[0]
         return run_viewed
 
     def run(*args):  # inputs that may need a copy into the step's layout: asked on every call
@@ -151,11 +172,26 @@ def direct(v, direction: str, inputs: tuple | None = None):
     return run
 
 
+def _same(t):
+    return t
+
+
 def _view_if_needed(spec, name: str, example):
     """The kernel's view of the tensor called `name` as a function, or None where that view is the
-    tensor itself (same shape) for `example`'s signature."""
-    if spec.view(name, example).shape == example.shape:
+    tensor itself (same shape) for `example`'s signature. A view that is a plain reshape (the
+    signature fixes the shape it reshapes to) is Tensor.view alone, without the spec's function
+    around it."""
+    view = spec.view(name, example)
+    if view.shape == example.shape:
         return None
+    try:
+        reshaped = example.view(view.shape)
+    except RuntimeError:
+        reshaped = None
+    if view.dim() and reshaped is not None and reshaped.stride() == view.stride() \
+            and reshaped.data_ptr() == view.data_ptr():
+        shape = tuple(view.shape)  # ints, unpacked: torch parses a torch.Size argument ~3x slower
+        return lambda t: t.view(*shape)
     return lambda t: spec.view(name, t)
 
 
@@ -197,4 +233,11 @@ def differentiable(v, inputs: tuple):
 
     function = type(f"{v.qualname}_function", (torch.autograd.Function,),
                     {"forward": staticmethod(forward), "backward": staticmethod(backward)})
-    return function.apply
+    apply = _apply_c.__get__(None, function)
+
+    def call(*args):  # Function.apply's own steps, minus its Python frame
+        if _functorch_active():  # vmap, grad, ...: torch's path (custom_function_call)
+            return function.apply(*args)
+        return apply(*map(_unwrap_if_dead, args[:n]), *args[n:])
+
+    return call

@@ -14,7 +14,8 @@ template <typename BlocksFor, typename Pass>
 cudaError_t reduce_in_passes(const ReduceSumArgs& a, cudaStream_t stream, BlocksFor blocks_for, Pass pass) {
   if (a.x.numel == 0) return cudaMemsetAsync(a.out.ptr<float>(), 0, sizeof(float), stream);  // the empty sum
   const int64_t first = blocks_for(a.x.numel);
-  float* workspace = a.workspace.get<float>(first + blocks_for(first));
+  // One block writes the sum straight to out: no partials, so no workspace (an allocation a call).
+  float* workspace = first == 1 ? nullptr : a.workspace.get<float>(first + blocks_for(first));
   float* regions[2] = {workspace, workspace + first};
   const void* in = a.x.data;
   DType dtype = a.x.dtype;

@@ -222,12 +222,25 @@ int choose_split(int64_t tiles, int64_t k_tiles, int64_t resident) {
   return int(std::max<int64_t>(split, 1));
 }
 
+// cudaFuncSetAttribute(kernel, MaxDynamicSharedMemorySize, bytes) once per device: the attribute
+// stays set, and the driver call is a measurable part of a small launch's host time.
+template <auto kKernel, int kBytes>
+cudaError_t allow_shared_memory() {
+  static bool allowed[64] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (allowed[device]) return cudaSuccess;
+  const cudaError_t status = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  allowed[device] = status == cudaSuccess;
+  return status;
+}
+
 template <typename T, int kConsumers, bool kMnA, bool kMnB>
 cudaError_t launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const rosetta::MatmulArgs& args, int M,
                    int N, int K, cudaStream_t stream) {
   using C = Config<kConsumers>;
-  const auto kernel = matmul_split_k<T, kConsumers, kMnA, kMnB>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  constexpr auto kernel = matmul_split_k<T, kConsumers, kMnA, kMnB>;
+  if (const cudaError_t status = allow_shared_memory<kernel, C::kSmemBytes>(); status != cudaSuccess) return status;
   static const int per_sm = [&] {  // blocks resident per SM: 1 by design, read rather than assumed
     int n = 0;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, C::kThreads, C::kSmemBytes);

@@ -128,7 +128,7 @@ def tiles_fitting_m(configs, named_args, **kwargs):
 
 @functools.lru_cache(maxsize=4096)  # the launch asks for every config on every call: keep it cheap
 def split_count(M, N, K, block_m, block_n, block_k, itemsize, sms):
-    """SPLIT_K for one tile shape: the S (1..32, each slice >= 4 K-steps) that gives the shortest
+    """SPLIT_K for one tile shape: the S (1..MAX_SPLIT, each slice >= 4 K-steps) that gives the shortest
     time, counted in K-steps of the busiest SM, one program per SM at a time:
       cdiv(tiles·S, sms) waves x cdiv(k_steps, S) steps,
       + for S > 1, per wave, the fp32 partial tile's store (BM·BN·4 bytes, in units of one
