@@ -105,6 +105,11 @@ class Call {
   std::vector<at::Tensor> scratch_;
 };
 
+// A new output shaped as `like` (a meta tensor: sizes, strides, dtype) on `input`'s device.
+inline at::Tensor empty_as(const at::Tensor& like, const at::Tensor& input) {
+  return at::empty_strided(like.sizes(), like.strides(), input.options().dtype(like.scalar_type()));
+}
+
 }  // namespace rosetta_binding
 
 #include "rosetta_binding.inc"

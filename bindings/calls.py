@@ -5,8 +5,8 @@ The work a call repeats is done once per *call signature* (op, backend, step, wh
 will be taken, and per input its dtype, shape, strides, device and 16-byte alignment): choosing the step
 (the measured table's lookup), checking the inputs, deciding which inputs the step's layout makes
 copy. A repeated call looks its signature up, allocates the output and launches the step's kernel:
-the C++ op for a CUDA step, the Triton kernel for a Triton step, with no custom-op dispatch around
-it. A Triton step's launch() is recorded on one of its signature's first calls and replayed after
+the C++ op for a CUDA step (which allocates its outputs in C++ too), the Triton kernel for a Triton
+step, with no custom-op dispatch around it. A Triton step's launch() is recorded on one of its signature's first calls and replayed after
 (triton_launch.Replay): its workspaces allocated, its compiled kernels launched on raw pointers.
 With a gradient to take, a small autograd.Function runs the same step's kernels (softmax: its
 backward kernel; matmul: the step on transposed views). While torch.compile, make_fx or another
@@ -139,6 +139,12 @@ def direct(v, direction: str, inputs: tuple | None = None):
             return tuple([_empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in made])
 
         if not any(in_views) and not any(out_views):  # the kernel takes the tensors as they are
+            if v.backend == "cuda":
+                new, likes = torch_ops.allocating_launcher(v, direction), outs_like
+
+                def run_new(*args):  # the outputs allocated in C++, beside the launch
+                    return new(*args[:n], *likes, *args[n:])
+                return run_new
             if several:
                 def run_plain(*args):
                     out = new_outputs()

@@ -5,7 +5,10 @@
                        a double, an int an int64_t), named as in the spec
   rosetta_binding.inc  per step and direction: the launcher's declaration and the function
                        `<qualname>[_backward]_out(inputs..., outputs..., params...)` that fills the
-                       struct from at::Tensors and launches, a function of the extension module
+                       struct from at::Tensors and launches, a function of the extension module;
+                       and `<qualname>[_backward]_new(inputs..., output templates..., params...)`,
+                       which allocates each output as its template (a meta tensor: sizes, strides,
+                       dtype) on the inputs' device, then launches `_out` and returns them
   a shim per .cu       `#define ROSETTA_DTYPES <its Dtypes: line>` then `#include "<the file>"`
 """
 from __future__ import annotations
@@ -58,13 +61,27 @@ def _entry(op: str, direction: str, launcher: str, op_name: str, dtypes, layout:
     # a tensor of a fixed dtype (fp32 statistics) is not held to the step's dtypes
     views = ", ".join([f"call.input({n}, \"{n}\", {str(n not in d.fixed_dtypes).lower()})" for n in d.inputs]
                       + [f"call.output({n}, \"{n}\")" for n in d.outputs] + [p.name for p in d.params])
+    # _new: the public call's eager path allocates in C++ (torch.empty_strided from Python costs
+    # several us of host time a call, most of it argument parsing and wrapping)
+    outputs = ", ".join(d.outputs)
+    returns = "at::Tensor" if len(d.outputs) == 1 else f"std::tuple<{', '.join(['at::Tensor'] * len(d.outputs))}>"
+    new_params = ", ".join([f"const at::Tensor& {n}" for n in d.inputs] + [f"const at::Tensor& {n}_like" for n in d.outputs]
+                           + [f"{PARAM_TYPES[p.kind]} {p.name}" for p in d.params])
+    allocations = [f"  at::Tensor {n} = rosetta_binding::empty_as({n}_like, {d.inputs[0]});" for n in d.outputs]
+    call_args = ", ".join([*d.inputs, *d.outputs, *(p.name for p in d.params)])
     return [
         f"void {op_name}_out({params}) {{",
         f"  rosetta_binding::Call call(\"{op_name}\", {d.outputs[0]}, {allowed}, "
         f"rosetta_binding::Layout({LAYOUT_CODES[layout]}));",
         f"  call.check({launcher}({struct}{{{views}, call.workspace()}}, call.stream()));",
         "}",
-    ], f"cudaError_t {launcher}(const {struct}&, cudaStream_t);", f'  m.def("{op_name}_out", &{op_name}_out);'
+        f"{returns} {op_name}_new({new_params}) {{",
+        *allocations,
+        f"  {op_name}_out({call_args});",
+        f"  return {outputs if len(d.outputs) == 1 else '{' + outputs + '}'};",
+        "}",
+    ], f"cudaError_t {launcher}(const {struct}&, cudaStream_t);", \
+        f'  m.def("{op_name}_out", &{op_name}_out);\n  m.def("{op_name}_new", &{op_name}_new);'
 
 
 def binding_include() -> str:

@@ -83,6 +83,13 @@ def kernel(v: Step, direction: str):
     return getattr(cuda_build.load(), _op_name(v, direction) + "_out")  # pybind11: no dispatcher in between
 
 
+def allocating_launcher(v: Step, direction: str):
+    """A CUDA step's (*kernel_inputs, *output templates, *params) -> output(s): the extension's
+    `<qualname>_new`, which allocates each output as its template (a meta tensor) in C++ and
+    launches into it."""
+    return getattr(cuda_build.load(), _op_name(v, direction) + "_new")
+
+
 def _current_device() -> int:
     return torch._C._cuda_getDevice()  # what torch.cuda.current_device() returns, without its Python checks
 

@@ -68,9 +68,14 @@ def test_generated_binding_covers_every_cuda_launcher():
     text = cuda_codegen.binding_include()
     for v in rosetta.variants(backend="cuda"):
         assert f'm.def("{v.qualname}_out", &{v.qualname}_out);' in text
+        assert f'm.def("{v.qualname}_new", &{v.qualname}_new);' in text  # the public call's eager path
         assert f"cudaError_t {v.launcher_name}(const rosetta::" in text
     assert "struct SoftmaxBackwardArgs { Tensor y; Tensor dy; Tensor dx; Workspace workspace; };" in \
         cuda_codegen.ops_header()
+    # several outputs come back as one tuple, each allocated from its template
+    assert ("std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda_01_two_pass_new(const at::Tensor& x, "
+            "const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& y_like, const at::Tensor& mean_like, "
+            "const at::Tensor& rstd_like, double eps) {") in text
 
 
 def _cuobjdump():
