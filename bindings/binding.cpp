@@ -110,6 +110,11 @@ inline at::Tensor empty_as(const at::Tensor& like, const at::Tensor& input) {
   return at::empty_strided(like.sizes(), like.strides(), input.options().dtype(like.scalar_type()));
 }
 
+// `out` as the kernel sees it: reshaped to `view`'s sizes (a meta tensor) where they differ.
+inline at::Tensor reshaped(const at::Tensor& out, const at::Tensor& view) {
+  return out.sizes() == view.sizes() ? out : out.view(view.sizes());
+}
+
 }  // namespace rosetta_binding
 
 #include "rosetta_binding.inc"

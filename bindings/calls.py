@@ -129,8 +129,24 @@ def direct(v, direction: str, inputs: tuple | None = None):
         raw = triton_launch.Replay(raw, inputs[0].device, n + len(d.outputs))
     if as_is:
         outs_like = as_tuple(allocate(*(torch.empty_like(t, device="meta") for t in inputs)))  # no memory
-        in_views = [_view_if_needed(spec, name, t) for name, t in zip(d.inputs, inputs)]
-        out_views = [_view_if_needed(spec, name, t) for name, t in zip(d.outputs, outs_like)]
+        in_views = [_kernel_view(spec, name, t) for name, t in zip(d.inputs, inputs)]
+        out_views = [_kernel_view(spec, name, t) for name, t in zip(d.outputs, outs_like)]
+        viewed_inputs = any(f for _, f in in_views)
+        in_fns = [f or _same for _, f in in_views]
+        if v.backend == "cuda" and all(f is None or shape is not None for shape, f in out_views):
+            # the outputs allocated in C++ beside the launch, each from a meta template, and handed
+            # to the kernel as its view's template (a reshape) says
+            new = torch_ops.allocating_launcher(v, direction)
+            templates = (*outs_like, *(spec.view(name, o) for name, o in zip(d.outputs, outs_like)))
+            if not viewed_inputs:
+                def run_new(*args):
+                    return new(*args[:n], *templates, *args[n:])
+                return run_new
+
+            def run_new_viewed(*args):  # e.g. softmax over (batch, rows, columns): rows folded
+                return new(*[f(t) for f, t in zip(in_fns, args)], *templates, *args[n:])
+            return run_new_viewed
+
         # allocate()'s outputs made straight from their sizes and strides, which the signature fixes:
         # torch.empty_strided parses its arguments in half the time new_empty(shape) takes
         device, made = inputs[0].device, [(tuple(o.shape), o.stride(), o.dtype) for o in outs_like]
@@ -138,13 +154,7 @@ def direct(v, direction: str, inputs: tuple | None = None):
         def new_outputs():
             return tuple([_empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in made])
 
-        if not any(in_views) and not any(out_views):  # the kernel takes the tensors as they are
-            if v.backend == "cuda":
-                new, likes = torch_ops.allocating_launcher(v, direction), outs_like
-
-                def run_new(*args):  # the outputs allocated in C++, beside the launch
-                    return new(*args[:n], *likes, *args[n:])
-                return run_new
+        if not viewed_inputs and not any(f for _, f in out_views):  # the kernel takes the tensors as they are
             if several:
                 def run_plain(*args):
                     out = new_outputs()
@@ -159,12 +169,11 @@ def direct(v, direction: str, inputs: tuple | None = None):
                 return out
             return run_one
 
-        in_views = [f or _same for f in in_views]
-        out_views = [f or _same for f in out_views]
+        out_fns = [f or _same for _, f in out_views]
 
         def run_viewed(*args):  # only the views this signature needs (e.g. reduce_sum's 0-dim output)
             out = new_outputs()
-            raw(*[f(t) for f, t in zip(in_views, args)], *[f(t) for f, t in zip(out_views, out)], *args[n:])
+            raw(*[f(t) for f, t in zip(in_fns, args)], *[f(t) for f, t in zip(out_fns, out)], *args[n:])
             return out if several else out[0]
         return run_viewed
 
@@ -182,14 +191,14 @@ def _same(t):
     return t
 
 
-def _view_if_needed(spec, name: str, example):
-    """The kernel's view of the tensor called `name` as a function, or None where that view is the
-    tensor itself (same shape) for `example`'s signature. A view that is a plain reshape (the
-    signature fixes the shape it reshapes to) is Tensor.view alone, without the spec's function
-    around it."""
+def _kernel_view(spec, name: str, example) -> tuple:
+    """(reshape, view): the kernel's view of the tensor called `name`, for `example`'s signature,
+    as a function (None where the view is the tensor itself), and the shape it reshapes to where
+    it is a plain reshape (then the function is Tensor.view alone, without the spec's function
+    around it; the signature fixes the shape)."""
     view = spec.view(name, example)
     if view.shape == example.shape:
-        return None
+        return None, None
     try:
         reshaped = example.view(view.shape)
     except RuntimeError:
@@ -197,8 +206,8 @@ def _view_if_needed(spec, name: str, example):
     if view.dim() and reshaped is not None and reshaped.stride() == view.stride() \
             and reshaped.data_ptr() == view.data_ptr():
         shape = tuple(view.shape)  # ints, unpacked: torch parses a torch.Size argument ~3x slower
-        return lambda t: t.view(*shape)
-    return lambda t: spec.view(name, t)
+        return shape, lambda t: t.view(*shape)
+    return None, lambda t: spec.view(name, t)
 
 
 def _viewable(spec, name: str, t) -> bool:

@@ -6,9 +6,10 @@
   rosetta_binding.inc  per step and direction: the launcher's declaration and the function
                        `<qualname>[_backward]_out(inputs..., outputs..., params...)` that fills the
                        struct from at::Tensors and launches, a function of the extension module;
-                       and `<qualname>[_backward]_new(inputs..., output templates..., params...)`,
-                       which allocates each output as its template (a meta tensor: sizes, strides,
-                       dtype) on the inputs' device, then launches `_out` and returns them
+                       and `<qualname>[_backward]_new(inputs..., output templates..., kernel view
+                       templates..., params...)`, which allocates each output as its template (a
+                       meta tensor: sizes, strides, dtype) on the inputs' device, launches `_out`
+                       on each output reshaped as its kernel view's template, and returns them
   a shim per .cu       `#define ROSETTA_DTYPES <its Dtypes: line>` then `#include "<the file>"`
 """
 from __future__ import annotations
@@ -66,9 +67,11 @@ def _entry(op: str, direction: str, launcher: str, op_name: str, dtypes, layout:
     outputs = ", ".join(d.outputs)
     returns = "at::Tensor" if len(d.outputs) == 1 else f"std::tuple<{', '.join(['at::Tensor'] * len(d.outputs))}>"
     new_params = ", ".join([f"const at::Tensor& {n}" for n in d.inputs] + [f"const at::Tensor& {n}_like" for n in d.outputs]
+                           + [f"const at::Tensor& {n}_view" for n in d.outputs]
                            + [f"{PARAM_TYPES[p.kind]} {p.name}" for p in d.params])
     allocations = [f"  at::Tensor {n} = rosetta_binding::empty_as({n}_like, {d.inputs[0]});" for n in d.outputs]
-    call_args = ", ".join([*d.inputs, *d.outputs, *(p.name for p in d.params)])
+    call_args = ", ".join([*d.inputs, *(f"rosetta_binding::reshaped({n}, {n}_view)" for n in d.outputs),
+                           *(p.name for p in d.params)])
     return [
         f"void {op_name}_out({params}) {{",
         f"  rosetta_binding::Call call(\"{op_name}\", {d.outputs[0]}, {allowed}, "

@@ -75,7 +75,8 @@ def test_generated_binding_covers_every_cuda_launcher():
     # several outputs come back as one tuple, each allocated from its template
     assert ("std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda_01_two_pass_new(const at::Tensor& x, "
             "const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& y_like, const at::Tensor& mean_like, "
-            "const at::Tensor& rstd_like, double eps) {") in text
+            "const at::Tensor& rstd_like, const at::Tensor& y_view, const at::Tensor& mean_view, "
+            "const at::Tensor& rstd_view, double eps) {") in text
 
 
 def _cuobjdump():
