@@ -6,8 +6,9 @@ will be taken, and per input its dtype, shape, strides, device and 16-byte align
 (the measured table's lookup), checking the inputs, deciding which inputs the step's layout makes
 copy. A repeated call looks its signature up, allocates the output and launches the step's kernel:
 the C++ op for a CUDA step (which allocates its outputs in C++ too), the Triton kernel for a Triton
-step, with no custom-op dispatch around it. A Triton step's launch() is recorded on one of its signature's first calls and replayed after
-(triton_launch.Replay): its workspaces allocated, its compiled kernels launched on raw pointers.
+step, with no custom-op dispatch around it. A Triton step's launch() is recorded on one of its
+signature's first calls and replayed after (triton_launch.Replay): its workspaces allocated, its
+compiled kernels launched on raw pointers.
 With a gradient to take, a small autograd.Function runs the same step's kernels (softmax: its
 backward kernel; matmul: the step on transposed views). While torch.compile, make_fx or another
 dispatch mode traces, or a tensor is a subclass, the call takes the registered torch op instead
@@ -192,10 +193,10 @@ def _same(t):
 
 
 def _kernel_view(spec, name: str, example) -> tuple:
-    """(reshape, view): the kernel's view of the tensor called `name`, for `example`'s signature,
-    as a function (None where the view is the tensor itself), and the shape it reshapes to where
-    it is a plain reshape (then the function is Tensor.view alone, without the spec's function
-    around it; the signature fixes the shape)."""
+    """(shape, view) of the tensor called `name` for `example`'s signature: `view`, the kernel's
+    view of it as a function (None where the view is the tensor itself); `shape`, the shape it
+    reshapes to where the view is a plain reshape (then `view` is Tensor.view alone, without the
+    spec's function around it: the signature fixes the shape), else None."""
     view = spec.view(name, example)
     if view.shape == example.shape:
         return None, None
