@@ -35,6 +35,7 @@ _grad_enabled = torch.is_grad_enabled
 _empty_strided = torch.empty_strided
 # autograd.Function.apply is a Python classmethod around this C one: it checks for functorch
 # transforms and unwraps dead functorch wrappers on every call (~1.5 us), then calls it.
+# call() checks for transforms itself, once, for every path.
 _apply_c = torch._C._FunctionBase.__dict__["apply"]
 _functorch_active = torch._C._are_functorch_transforms_active
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
@@ -43,7 +44,9 @@ _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 def call(op: str, backend: str, step: int | None, inputs: tuple, params: tuple = ()):
     """rosetta.<op>(*inputs, backend=backend, step=step) with the op's params (eps, p, ...) in
     order: the forward's outputs that the public call returns (saved statistics are not)."""
-    if _is_compiling() or _dispatch_modes():  # first: a tracer must not see data_ptr() below
+    # first: a tracer must not see data_ptr() below, nor a functorch transform (torch.func.grad,
+    # vmap), whose wrapped tensors have no storage to point at
+    if _is_compiling() or _dispatch_modes() or _functorch_active():
         return registered_call(op, backend, step, inputs, params)
     key = [op, backend, step]
     wants_grad = False
@@ -251,9 +254,7 @@ def differentiable(v, inputs: tuple):
                     {"forward": staticmethod(forward), "backward": staticmethod(backward)})
     apply = _apply_c.__get__(None, function)
 
-    def call(*args):  # Function.apply's own steps, minus its Python frame
-        if _functorch_active():  # vmap, grad, ...: torch's path (custom_function_call)
-            return function.apply(*args)
+    def call(*args):  # Function.apply's own steps (no functorch transform is active: see call())
         return apply(*map(_unwrap_if_dead, args[:n]), *args[n:])
 
     return call

@@ -117,6 +117,17 @@ def test_public_call_gradients_match_torch(op, make):
         torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
 
 
+def test_vmap_over_public_calls_takes_the_registered_ops():
+    """Inside a functorch transform the tensors have no storage to key a call signature on, so the
+    call takes the registered torch op, as tracing does (torch batches it)."""
+    signatures = len(calls._PREPARED)
+    x = torch.randn(3, 4, 8)
+    torch.testing.assert_close(torch.func.vmap(rosetta.softmax)(x), torch.softmax(x, -1))
+    a, b = torch.randn(3, 5, 6), torch.randn(6, 7)
+    torch.testing.assert_close(torch.func.vmap(lambda t: rosetta.matmul(t, b))(a), a @ b, rtol=1e-4, atol=1e-5)
+    assert len(calls._PREPARED) == signatures  # no eager signature was made of the batched tensors
+
+
 def suite_rows():
     """Recorded rows of two softmax cases: torch and two Triton steps timed, the eager calls."""
     rows = []
