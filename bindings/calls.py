@@ -74,7 +74,9 @@ def forget() -> None:
 
 def registered_call(op: str, backend: str, step: int | None, inputs: tuple, params: tuple = ()):
     """The path tracing sees: choose, check, then the step's registered torch op."""
-    dtype = getattr(inputs[0], "dtype", None) if inputs else None
+    # a non-tensor input (a NumPy array, a list) has no torch dtype to choose by: the step's checks
+    # then refuse it by its type
+    dtype = inputs[0].dtype if inputs and isinstance(inputs[0], torch.Tensor) else None
     if step is None and torch.compiler.is_compiling() and all(isinstance(t, torch.Tensor) for t in inputs):
         grad = dispatch.takes_grad(inputs)
         step = traced_choice(op, backend, dtype, tuple(tuple(t.shape) for t in inputs),

@@ -41,6 +41,9 @@ def test_shape_mismatch():
 def test_not_a_tensor():
     with pytest.raises(TypeError, match=r"y must be a torch.Tensor, got list"):
         rosetta.vector_add(torch.randn(3), [1.0, 2.0, 3.0], backend="cuda")
+    # a NumPy array has a dtype too, but not a torch one: refused by its type, not its dtype
+    with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got ndarray"):
+        rosetta.softmax(torch.randn(2, 3).numpy(), backend="cuda")
 
 
 def test_unknown_backend_and_step():
