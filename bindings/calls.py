@@ -156,17 +156,7 @@ def direct(v, direction: str, inputs: tuple | None = None):
         # allocate()'s outputs made straight from their sizes and strides, which the signature fixes:
         # torch.empty_strided parses its arguments in half the time new_empty(shape) takes
         device, made = inputs[0].device, [(tuple(o.shape), o.stride(), o.dtype) for o in outs_like]
-
-        def new_outputs():
-            return tuple([_empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in made])
-
-        if not viewed_inputs and not any(f for _, f in out_views):  # the kernel takes the tensors as they are
-            if several:
-                def run_plain(*args):
-                    out = new_outputs()
-                    raw(*args[:n], *out, *args[n:])
-                    return out
-                return run_plain
+        if not several and not viewed_inputs and not out_views[0][1]:  # the kernel takes the tensors as they are
             (shape, stride, dtype), = made
 
             def run_one(*args):  # e.g. 2-D softmax rows: one output, no view
@@ -177,8 +167,8 @@ def direct(v, direction: str, inputs: tuple | None = None):
 
         out_fns = [f or _same for _, f in out_views]
 
-        def run_viewed(*args):  # only the views this signature needs (e.g. reduce_sum's 0-dim output)
-            out = new_outputs()
+        def run_viewed(*args):  # several outputs, or the views this signature needs (reduce_sum's 0-dim output)
+            out = tuple([_empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in made])
             raw(*[f(t) for f, t in zip(in_fns, args)], *[f(t) for f, t in zip(out_fns, out)], *args[n:])
             return out if several else out[0]
         return run_viewed
