@@ -264,26 +264,62 @@ class _Watch(TorchDispatchMode):
 
 
 class Plan:
-    """A recorded launch() of one signature, replayed on that signature's tensors."""
+    """A recorded launch() of one signature, replayed on that signature's tensors. The workspaces
+    it allocated come from one block of memory (two where some are zeroed: a torch.zeros for those
+    zeroed before any kernel ran): an allocation from torch's caching allocator costs about as much
+    host time as a launch, and matmul's split-K step made two a call even where nothing splits."""
+
+    ALIGN = 256  # bytes: each workspace starts where a fresh allocation would be aligned enough
 
     def __init__(self, recording: Recording, device: torch.device, tensors: int):
-        self.actions, self.device, self.tensors = recording.actions, device, tensors
+        self.device, self.tensors = device, tensors
+        sizes, launched, zeroed = {}, False, set()
+        for action in recording.actions:
+            if action[0] == "alloc":
+                sizes[tensors + len(sizes)] = _bytes(*action[1:])
+            elif action[0] == "launch":
+                launched = True
+            elif not launched and action[1] in sizes:  # a zero before any kernel: the block comes zeroed
+                zeroed.add(action[1])
+        self.where, self.sizes = [], [0, 0]  # per allocation (block, byte offset, bytes); the blocks' bytes
+        for base, size in sizes.items():
+            block = int(base in zeroed)
+            self.where.append((block, self.sizes[block], size))
+            self.sizes[block] += -(-size // self.ALIGN) * self.ALIGN
+        self.actions = [a for a in recording.actions
+                        if a[0] == "launch" or (a[0] == "zero" and a[1] not in zeroed)]
 
     def __call__(self, args) -> None:
-        bases = list(args[:self.tensors])  # the call's tensors, then each allocation
+        plain, zeroed = self.sizes
+        blocks = (_empty(plain, dtype=_BYTE, device=self.device) if plain else None,
+                  _zeros(zeroed, dtype=_BYTE, device=self.device) if zeroed else None)
+        # each base's address: the call's tensors, then each allocation in its block
+        address = [t.data_ptr() for t in args[:self.tensors]]
+        address += [blocks[block].data_ptr() + offset for block, offset, _ in self.where]
         stream = _C._cuda_getCurrentRawStream(self.device.index)
         for action in self.actions:
-            kind = action[0]
-            if kind == "launch":
-                _, run, function, packed, grid, args, pointers = action
-                args = list(args)
+            if action[0] == "launch":
+                _, run, function, packed, grid, kernel_args, pointers = action
+                kernel_args = list(kernel_args)
                 for i, base, offset in pointers:
-                    args[i] = bases[base].data_ptr() + offset
-                run(grid[0], grid[1], grid[2], stream, function, packed, None, None, None, *args)
-            elif kind == "alloc":
-                bases.append(torch.empty_strided(action[1], action[2], dtype=action[3], device=self.device))
-            else:
-                bases[action[1]].zero_()
+                    kernel_args[i] = address[base] + offset
+                run(grid[0], grid[1], grid[2], stream, function, packed, None, None, None, *kernel_args)
+            elif action[1] < self.tensors:  # an output the launch zeroes
+                args[action[1]].zero_()
+            else:  # a workspace zeroed again after a kernel used it
+                block, offset, size = self.where[action[1] - self.tensors]
+                blocks[block].narrow(0, offset, size).zero_()
+
+
+_BYTE = torch.uint8
+_empty, _zeros = torch.empty, torch.zeros
+
+
+def _bytes(shape, stride, dtype) -> int:
+    """Bytes a tensor of this shape and stride spans (0 when it has no element)."""
+    if any(n == 0 for n in shape):
+        return 0
+    return (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * dtype.itemsize
 
 
 class Replay:

@@ -1,12 +1,13 @@
 """The eager Triton launch cache's key (rosetta.triton_launch): it must separate every launch that
-Triton would compile or tune differently, and refuse what it cannot key. Runs on the CPU: the key
-needs no GPU (the launches themselves are tested in test_gpu.py)."""
+Triton would compile or tune differently, and refuse what it cannot key; and a recorded plan's
+workspaces laid out in one block. Runs on the CPU: neither needs a GPU (the launches and replays
+themselves are tested in test_gpu.py)."""
 import torch
 import triton
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
-from rosetta.triton_launch import Launcher
+from rosetta.triton_launch import Launcher, Plan, Recording
 
 
 def body(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr, EVEN: tl.constexpr = True):
@@ -87,14 +88,15 @@ def test_replay_reallocates_rezeroes_and_relaunches_with_pointers(monkeypatch):
 
     x, out = torch.arange(8.0).view(2, 4), torch.empty(8)
     plan = recorded(launch, (x, out, 0.5), 2)
-    assert [a[0] for a in plan.actions] == ["alloc", "alloc", "zero", "launch"]
+    assert [a[0] for a in plan.actions] == ["launch"]  # the workspaces are the plan's blocks
+    assert plan.sizes == [256, 256]  # 64 plain bytes, 16 zeroed ones, each block aligned
     launched.clear()
     x2, out2 = torch.zeros(2, 4), torch.empty(8)
     plan((x2, out2, 0.5))
     ((grid, stream, function, args),) = launched
     assert grid == (3, 1, 1) and stream == 7 and function == "fn"
     assert args[0] == x2.data_ptr() + 8 and args[1] == out2.data_ptr()  # an offset view of an input
-    assert all(isinstance(p, int) and p for p in args[2:4])  # the replay's own workspace and tickets
+    assert all(isinstance(p, int) and p for p in args[2:4]) and args[2] != args[3]  # its own workspace, tickets
     assert args[4:] == (5, 0.5, None)
 
 
@@ -149,3 +151,20 @@ def test_a_signature_is_recorded_once_then_replayed(monkeypatch):
     assert launched == [(x.data_ptr(), out.data_ptr(), 0.5)] * 2  # then the plan, twice
     replay(x, out, 0.25)  # another params value: a plan of its own
     assert recorded_calls == [0.5, 0.25]
+
+
+def test_plan_lays_workspaces_out_in_one_block():
+    """Two tensors of the call, then three workspaces: the ones zeroed before any kernel share a
+    zeroed block, the others a plain one, each 256-byte aligned; a zero after a kernel stays an
+    action of its own."""
+    recording = Recording([torch.empty(4), torch.empty(4)])
+    recording.actions = [("alloc", (3, 5), (5, 1), torch.float32),  # base 2: 60 bytes, plain
+                         ("alloc", (7,), (1,), torch.int32),  # base 3: 28 bytes, zeroed
+                         ("zero", 3),
+                         ("alloc", (2, 0), (1, 1), torch.float32),  # base 4: empty
+                         ("launch", None, None, None, (1, 1, 1), (), ()),
+                         ("zero", 2)]
+    plan = Plan(recording, torch.device("cpu"), 2)
+    assert plan.where == [(0, 0, 60), (1, 0, 28), (0, 256, 0)]
+    assert plan.sizes == [256, 256]
+    assert [a[0] for a in plan.actions] == ["launch", "zero"]  # base 3's zero is the block's

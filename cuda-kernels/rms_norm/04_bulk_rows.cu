@@ -108,11 +108,11 @@ rms_norm_backward_ring(const T* __restrict__ x, int64_t x_stride, const T* __res
   using Row = Tile<T, kThreads, kElems>;
   nm::allow_dependents();  // the partial-row kernel may be placed now; it waits for this grid
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ __align__(8) uint64_t full[nm::Ring<T, kThreads, kElems, 2>::kDepth];
+  __shared__ __align__(8) uint64_t full[nm::Ring<T, kThreads, kElems, 2, kRanks>::kDepth];
   __shared__ float2 inbox[2 * kThreads / 32 * kRanks];
   __shared__ __align__(8) uint64_t bars[2];
   const int rank = kRanks > 1 ? nm::cluster_rank() : 0;
-  const nm::Ring<T, kThreads, kElems, 2> ring{reinterpret_cast<T*>(smem), full};
+  const nm::Ring<T, kThreads, kElems, 2, kRanks> ring{reinterpret_cast<T*>(smem), full};
   const nm::Exchange<kThreads / 32, kRanks, float2> xchg{inbox, bars, rank};
   const int t = threadIdx.x;
   const int64_t start = int64_t(rank) * kThreads * kElems, n = cols - start;
@@ -212,7 +212,7 @@ cudaError_t rms_norm_04_bulk_rows_backward(const rosetta::RmsNormBackwardArgs& a
     fits = nm::pick_ring_tile<T>(cols, [&](auto threads, auto elems, auto ranks) {
       constexpr int kThreads = decltype(threads)::value, kElems = decltype(elems)::value;
       constexpr int kRanks = decltype(ranks)::value;
-      constexpr int kBytes = nm::kRingBytes<T, kThreads, kElems, 2>;
+      constexpr int kBytes = nm::kRingBytes<T, kThreads, kElems, 2, kRanks>;
       nm::by_path(whole, [&](auto w_) {
         const auto kernel = rms_norm_backward_ring<T, kThreads, kElems, kRanks, decltype(w_)::value>;
         const nm::Chunks plan = nm::plan_ring(kernel, kThreads, kRanks, kBytes, rows, stream, status);

@@ -34,6 +34,15 @@ Still:    bf16 x 50257 forward stays below torch at 512 rows and more (H100, in 
           strided one way, the output another), take the element-wise path, as step 4. The
           window reads up to V-1 elements before and after a row: they lie in the same 16-byte
           block as the row's own ends (never across an allocation's end), and are discarded.
+          Tried and dropped: no split at all, one program streaming a whole row twice through
+          these windows (step 3's online loop, evict_last then evict_first, 2 programs an SM,
+          8,192-position tiles at 16 warps; predicted ~325 us from the loop's aligned rate at
+          4,096 x 65,536). Measured in development, H100, forward (us, torch / this step /
+          streamed): bf16 4,096 x 50,257 390 / 465 / 605, 512 x 50,257 61 / 67 / 79, 4,096 x
+          65,536 679 / 442 / 460, fp32 4,096 x 50,257 1,048 / 683 / 904. The vectors loaded
+          (the PTX has ld.global.v4 with the L2 hints), so the bytes were not the gap: the online
+          pass takes two exponentials an element where a tile in registers takes one, and one row
+          a program leaves ~16 KB of loads in flight between its waits.
 Limits:   none (any row length and stride; 64-bit offsets) while the launch has the GPU to
           itself: step 4's spin-wait and its residency condition, unchanged.
 Layout:   rows
