@@ -25,7 +25,9 @@ Still:    measured, this gains nothing here (bf16 backward 4096^2 2,621 -> 2,617
           forward 2,863 -> 2,618): step 3 moved 23 GB/s an SM on the 120 SMs that clusters of 4
           fit, a ring ~21. Kept for that lesson. One CTA an SM: backward 4096^2 2,611 -> 2,630
           GB/s, fp32 2,750 -> 2,768 (runs 8d5086c82d25, 3113cf739b37): RMSNorm's one partial row
-          a CTA was half layer_norm's to save. As layer_norm step 4: a copy lands whole before
+          a CTA was half layer_norm's to save. The clusters' backward ring keeps 6 rows since
+          (layer_norm step 4): 4096 x 32768 2,557 -> 2,684, still below step 3's loop there
+          (runs 3113cf739b37, aeb7dde80dae). As layer_norm step 4: a copy lands whole before
           the row starts, each chunk's first rows are the fill; rows of 1,024 or fewer are not
           this step's.
 Limits:   1,025 <= cols <= 65,536, refused before launch otherwise (`Min:`, `Max:`). Workspace
