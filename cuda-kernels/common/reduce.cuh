@@ -14,9 +14,13 @@ template <typename BlocksFor, typename Pass>
 cudaError_t reduce_in_passes(const ReduceSumArgs& a, cudaStream_t stream, BlocksFor blocks_for, Pass pass) {
   if (a.x.numel == 0) return cudaMemsetAsync(a.out.ptr<float>(), 0, sizeof(float), stream);  // the empty sum
   const int64_t first = blocks_for(a.x.numel);
-  // One block writes the sum straight to out: no partials, so no workspace (an allocation a call).
-  float* workspace = first == 1 ? nullptr : a.workspace.get<float>(first + blocks_for(first));
-  float* regions[2] = {workspace, workspace + first};
+  // One block writes the sum straight to out: no partials, so no workspace (an allocation a call),
+  // and no regions to point into it.
+  float* regions[2] = {nullptr, nullptr};
+  if (first > 1) {
+    regions[0] = a.workspace.get<float>(first + blocks_for(first));
+    regions[1] = regions[0] + first;
+  }
   const void* in = a.x.data;
   DType dtype = a.x.dtype;
   int64_t n = a.x.numel;
