@@ -7,8 +7,8 @@ will be taken, and per input its dtype, shape, strides, device and 16-byte align
 copy. A repeated call looks its signature up, allocates the output and launches the step's kernel:
 the C++ op for a CUDA step (which allocates its outputs in C++ too), the Triton kernel for a Triton
 step, with no custom-op dispatch around it. A Triton step's launch() is recorded on one of its
-signature's first calls and replayed after (triton_launch.Replay): its workspaces allocated, its
-compiled kernels launched on raw pointers.
+signature's first calls and replayed after (triton_launch.Replay): its workspaces taken as one
+block of memory, its compiled kernels launched on raw pointers.
 With a gradient to take, a small autograd.Function runs the same step's kernels (softmax: its
 backward kernel; matmul: the step on transposed views). While torch.compile, make_fx or another
 dispatch mode traces, or a tensor is a subclass, the call takes the registered torch op instead
