@@ -23,7 +23,7 @@ template <typename T, int kThreads, int kElems> constexpr int kBufferElems = kTh
 // 512-thread one (one an SM: 128 registers x 512 threads is the register file). A cluster's
 // backward ring (x and dy, 32 KB a row of 16-bit slices) keeps up to 6: every row's sums cross the
 // cluster, so each CTA waits on its slowest peer once a row and needs more rows landed to cover it.
-// Measured in development (H100, bf16 backward, GB/s, 4 -> 6 rows): layer_norm 4096 x 32768
+// Measured by bench/ablations/norm_04_ring (H100, bf16 backward, GB/s, 4 -> 6 rows): layer_norm 4096 x 32768
 // 2,498 -> 2,632, 8192 x 16384 2,547 -> 2,640, 2048 x 65536 2,485 -> 2,624; rms_norm 2,521 -> 2,620,
 // 2,508 -> 2,643, 2,425 -> 2,539. A single CTA's ring lost at 6 (16384 x 8192: 2,706 -> 2,592), and
 // the clusters' forward was mixed (layer_norm 4096 x 32768 2,325 -> 2,268, rms_norm 2,518 -> 2,610).
