@@ -295,7 +295,7 @@ class Plan:
                   _zeros(zeroed, dtype=_BYTE, device=self.device) if zeroed else None)
         # each base's address: the call's tensors, then each allocation in its block
         address = [t.data_ptr() for t in args[:self.tensors]]
-        address += [blocks[block].data_ptr() + offset for block, offset, _ in self.where]
+        address += [blocks[block].data_ptr() + offset if size else 0 for block, offset, size in self.where]
         stream = _C._cuda_getCurrentRawStream(self.device.index)
         for action in self.actions:
             if action[0] == "launch":

@@ -168,3 +168,25 @@ def test_plan_lays_workspaces_out_in_one_block():
     assert plan.where == [(0, 0, 60), (1, 0, 28), (0, 256, 0)]
     assert plan.sizes == [256, 256]
     assert [a[0] for a in plan.actions] == ["launch", "zero"]  # base 3's zero is the block's
+
+
+def test_plan_of_empty_workspaces_allocates_nothing(monkeypatch):
+    """A launch whose only workspace is empty replays with no block at all, its pointer null."""
+    from rosetta import triton_launch
+
+    monkeypatch.setattr(triton_launch, "_C", FakeCuda)
+    launched = []
+
+    def run(gx, gy, gz, stream, function, packed, metadata, enter, exit_, *args):
+        launched.append(args)
+
+    def launch(x):
+        work = torch.empty(0)
+        triton_launch._recording.launch(run, "fn", "meta", (1,), [x, work])
+
+    plan = recorded(launch, (torch.ones(4),), 1)
+    assert plan.sizes == [0, 0]
+    launched.clear()
+    x = torch.ones(4)
+    plan((x,))
+    assert launched == [(x.data_ptr(), 0)]
