@@ -306,9 +306,10 @@ class Plan:
                 run(grid[0], grid[1], grid[2], stream, function, packed, None, None, None, *kernel_args)
             elif action[1] < self.tensors:  # an output the launch zeroes
                 args[action[1]].zero_()
-            else:  # a workspace zeroed again after a kernel used it
+            else:  # a workspace zeroed again after a kernel used it (an empty one has no block)
                 block, offset, size = self.where[action[1] - self.tensors]
-                blocks[block].narrow(0, offset, size).zero_()
+                if size:
+                    blocks[block].narrow(0, offset, size).zero_()
 
 
 _BYTE = torch.uint8
