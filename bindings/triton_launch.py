@@ -189,7 +189,7 @@ _VIEWING = {"aten::view", "aten::_unsafe_view", "aten::alias", "aten::as_strided
 
 
 class Recording:
-    """What one launch() call did, in order: ("alloc", size, stride, dtype), ("zero", base) and
+    """What one launch() call did, in order: ("alloc", bytes), ("zero", base) and
     ("launch", run, function, packed, grid, args, pointers); `ok` turns False at anything else."""
 
     def __init__(self, tensors):
@@ -212,7 +212,7 @@ class Recording:
         return None
 
     def alloc(self, out) -> None:
-        self.actions.append(("alloc", tuple(out.shape), tuple(out.stride()), out.dtype))
+        self.actions.append(("alloc", out.untyped_storage().nbytes()))
         self.bases.append(out)
 
     def zero(self, t) -> None:
@@ -276,7 +276,7 @@ class Plan:
         sizes, launched, zeroed = {}, False, set()
         for action in recording.actions:
             if action[0] == "alloc":
-                sizes[tensors + len(sizes)] = _bytes(*action[1:])
+                sizes[tensors + len(sizes)] = action[1]
             elif action[0] == "launch":
                 launched = True
             elif not launched and action[1] in sizes:  # a zero before any kernel: the block comes zeroed
@@ -314,13 +314,6 @@ class Plan:
 
 _BYTE = torch.uint8
 _empty, _zeros = torch.empty, torch.zeros
-
-
-def _bytes(shape, stride, dtype) -> int:
-    """Bytes a tensor of this shape and stride spans (0 when it has no element)."""
-    if any(n == 0 for n in shape):
-        return 0
-    return (1 + sum((n - 1) * st for n, st in zip(shape, stride))) * dtype.itemsize
 
 
 class Replay:

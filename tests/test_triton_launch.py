@@ -158,10 +158,10 @@ def test_plan_lays_workspaces_out_in_one_block():
     zeroed block, the others a plain one, each 256-byte aligned; a zero after a kernel stays an
     action of its own."""
     recording = Recording([torch.empty(4), torch.empty(4)])
-    recording.actions = [("alloc", (3, 5), (5, 1), torch.float32),  # base 2: 60 bytes, plain
-                         ("alloc", (7,), (1,), torch.int32),  # base 3: 28 bytes, zeroed
+    recording.actions = [("alloc", 60),  # base 2: plain
+                         ("alloc", 28),  # base 3: zeroed
                          ("zero", 3),
-                         ("alloc", (2, 0), (1, 1), torch.float32),  # base 4: empty
+                         ("alloc", 0),  # base 4: empty
                          ("launch", None, None, None, (1, 1, 1), (), ()),
                          ("zero", 2)]
     plan = Plan(recording, torch.device("cpu"), 2)

@@ -34,18 +34,15 @@ Still:    the copy of a row lands whole before any thread starts on it, and the 
           development run in turns (4096^2 backward 40.7 -> 39.7 us, 256 -> 128 partial rows and
           half the sum kernel's reads): +2.5%; measured 2,427 -> 2,578 GB/s (+6%), fp32 2,656 ->
           2,740, 32768x4096 2,792 -> 2,801 (runs 8d5086c82d25, 3113cf739b37). 2,700 would be
-          37.3 us against 39.0: the bytes alone take ~33.5 at ~3,000 GB/s; of the other ~5.5,
-          3.0-3.6 are the partial rows (skipped in a development harness; summed in this kernel
-          after a grid barrier instead of a second launch, the same total). The
+          37.3 us against 39.0: the bytes alone take ~33.5 at ~3,000 GB/s, and 3.0-3.6 of the
+          other ~5.5 are the partial rows' write, sum and read (ablation_norm_04_ring.txt). The
           forward gains nothing: step 3's registers already had its one tensor in flight, and
           here it measured 3-8% slower (4096^2 2,925 -> 2,678), on clusters 15% (4096 x 32768:
-          2,752 -> 2,332). The clusters' backward measured 2,565 at 4096 x 32768, not ~2,750: a
-          ring moves ~21 GB/s an SM (2,789 over 132 CTAs at 16384 x 8192, 2,565 over 120), and
-          clusters of 4 one-SM CTAs fit 30 on the GPCs, 120 of the 132 SMs. A cluster's backward
-          ring now keeps 6 rows, not 4 (each CTA waits on its slowest peer once a row): 2,561 ->
-          2,674 there (runs 3113cf739b37, aeb7dde80dae). Rows of 1,024 or
-          fewer (a warp a row) are not this step's. The ring, the windows and the tiles are
-          shared with rms_norm step 4 (norm_ring.cuh).
+          2,752 -> 2,332). Clusters of 4 one-SM CTAs fit 30 on the GPCs (120 of the 132 SMs),
+          and each CTA waits on its slowest peer once a row: a backward ring of 6 rows, not 4,
+          took 4096 x 32768 from 2,561 to 2,674 GB/s (runs 3113cf739b37, aeb7dde80dae). Rows of
+          1,024 or fewer (a warp a row) are not this step's. The ring, the windows and the tiles
+          are shared with rms_norm step 4 (norm_ring.cuh).
 Limits:   1,025 <= cols <= 65,536, refused before launch otherwise (`Min:`, `Max:`). Workspace
           (backward): 2 x groups x cols fp32, a group a CTA or a cluster.
 Layout:   rows
