@@ -233,18 +233,14 @@ def sum_counted_partials(partial, count, *outs):
 # the backward's dweight/dbias sums for those columns stay in registers too). Per row, each
 # program posts its slice's partial sums, waits for its peers' (share) and adds all of them in
 # slice order: the same bits in every program and every run.
-SPLIT_VALUES = {2: 16, 4: 8}  # forward: values a thread and tensor (fp32: 8, registers: ptxas -v, sm_90a)
-# backward: three rows live a program (one finishing, one summed, one loading): 8 values a thread
-# and tensor, 16-bit or fp32, where 16 spilled at the 128 registers 16 warps an SM allow
-BACKWARD_VALUES = {2: 8, 4: 8}
+SPLIT_VALUES = {2: 16, 4: 8}  # values a thread and tensor (fp32: 8, registers: ptxas -v, sm_90a)
 SPLIT_ROW_BYTES = 16384  # a row up to this stays in one program (one slice: nothing to wait for)
-SPLIT_SLICE = 2048  # past it, columns a program
+SPLIT_SLICE = 2048  # past it, columns a program: 4 warps (fp32: 8), 4 (2) programs an SM
 SPLIT_WARPS_PER_SM = 16
 
 
-def split_plan(device, rows, cols, element_size, values=SPLIT_VALUES):
-    """(SLICE, warps, programs an SM, slices, groups) of a launch, at values[element_size] values
-    a thread and tensor (at most 16 warps a program). Measured on H100, bf16 forward: rows
+def split_plan(device, rows, cols, element_size):
+    """(SLICE, warps, programs an SM, slices, groups) of a launch. Measured on H100, bf16: rows
     of 4,096 and 8,192 were fastest whole in one program (16 values a thread, 16 warps an SM),
     32,768 in 16 slices of 2,048 at 4 programs an SM (the most waits overlapped), then 8 slices
     of 4,096 at 2, then 4 of 8,192 at 1. Every program of the grid (groups x slices) is resident
@@ -252,7 +248,7 @@ def split_plan(device, rows, cols, element_size, values=SPLIT_VALUES):
     run one after another and cannot wait: the slice is the whole row."""
     block = next_power_of_2(cols)
     width = block if INTERPRET or block * element_size <= SPLIT_ROW_BYTES else SPLIT_SLICE
-    warps = max(1, min(16, width // (32 * values[element_size])))
+    warps = max(1, min(16, width // (32 * SPLIT_VALUES[element_size])))
     per_sm = SPLIT_WARPS_PER_SM // warps
     slices = cdiv(cols, width)
     resident = sm_count(device) * per_sm
@@ -279,43 +275,27 @@ def _word(v):
 
 
 @triton.jit
-def post(part_ptr, row, rows, s, slices, a, b, posting, PAIR: tl.constexpr):
-    """Posts this program's partial a (and b, if PAIR) of `row`'s slice s, where `posting` (a
-    condition) holds. part_ptr: int64 [2, rows, slices], zeroed before the launch (0: not posted). The
+def share(part_ptr, row, rows, s, slices, a, b, SLICES_P2: tl.constexpr, PAIR: tl.constexpr):
+    """Posts this program's partial a (and b, if PAIR) of `row`'s slice s, spins until every slice
+    of the row has posted, and returns all of them in slice order, [SLICES_P2] each (0 past
+    `slices`). part_ptr: int64 [2, rows, slices], zeroed before the launch (0: not posted). The
     flag travels in the value's own word: a counter bumped after the values would need a release
     fence (MEMBAR), which waits for every load the thread has in flight, the next row's too."""
-    tl.atomic_xchg(part_ptr + row * slices + s, _word(a), mask=posting, sem="relaxed")  # performed at L2
+    a_row = part_ptr + row * slices
+    b_row = part_ptr + (rows + row) * slices
+    tl.atomic_xchg(a_row + s, _word(a), sem="relaxed")  # performed at L2, where the peers poll
     if PAIR:
-        tl.atomic_xchg(part_ptr + (rows + row) * slices + s, _word(b), mask=posting, sem="relaxed")
-
-
-@triton.jit
-def peek(part_ptr, row, rows, slices, SLICES_P2: tl.constexpr, PAIR: tl.constexpr):
-    """`row`'s posted words as they are now, [SLICES_P2] each (past `slices`, a posted 0).
-    volatile: every read goes to L2, never this SM's L1."""
+        tl.atomic_xchg(b_row + s, _word(b), sem="relaxed")
     k = tl.arange(0, SLICES_P2)
     mask = k < slices
-    wa = tl.load(part_ptr + row * slices + k, mask=mask, other=1 << 32, volatile=True)
-    wb = tl.load(part_ptr + (rows + row) * slices + k, mask=mask & PAIR, other=1 << 32, volatile=True)
-    return wa, wb
-
-
-@triton.jit
-def gather(part_ptr, row, rows, slices, wa, wb, SLICES_P2: tl.constexpr, PAIR: tl.constexpr):
-    """Spins until every slice of `row` has posted, starting from words `peek` read, and returns the
-    partials in slice order, [SLICES_P2] each (0 past `slices`)."""
+    # volatile: every poll reads L2, never this SM's L1; past `slices`, a posted 0
+    wa = tl.load(a_row + k, mask=mask, other=1 << 32, volatile=True)
+    wb = tl.load(b_row + k, mask=mask & PAIR, other=1 << 32, volatile=True)
     while tl.min((wa & wb) >> 32, axis=0) == 0:
-        wa, wb = peek(part_ptr, row, rows, slices, SLICES_P2, PAIR)
+        wa = tl.load(a_row + k, mask=mask, other=1 << 32, volatile=True)
+        wb = tl.load(b_row + k, mask=mask & PAIR, other=1 << 32, volatile=True)
     return ((wa & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True),
             (wb & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True))
-
-
-@triton.jit
-def share(part_ptr, row, rows, s, slices, a, b, SLICES_P2: tl.constexpr, PAIR: tl.constexpr):
-    """post, then gather: every slice's partial a (and b) of `row`, in slice order."""
-    post(part_ptr, row, rows, s, slices, a, b, row < rows, PAIR)
-    wa, wb = peek(part_ptr, row, rows, slices, SLICES_P2, PAIR)
-    return gather(part_ptr, row, rows, slices, wa, wb, SLICES_P2, PAIR)
 
 
 def split_workspace(rows, slices, device):

@@ -1,17 +1,20 @@
 """The Triton norms' step 4 backward: its exchange one row behind the sums, against the version
 before it (each program waiting for its peers' partials of the row it had just summed), and the
-grid's values a thread and slice width varied.
+grid's values a thread and slice width varied. The variant measured slower on every shape and was
+not kept: it lives in commit d63be87 (step 4's kernels and norm_common's post / peek / gather and
+BACKWARD_VALUES), which this script runs as the working tree. To repeat the run:
+git checkout d63be87 && python bench/ablations/norm_triton_04_exchange.py d63be87~1
 
 Subjects per op and shape, bf16 unless named:
-  before        step 4 as committed at REF (default HEAD~1 where the working tree is the change),
-                its own plan (16 values a thread and tensor, slices of 2,048)
+  before        step 4 as committed at REF, its own plan (16 values a thread and tensor, slices
+                of 2,048)
   now           the working tree's step 4 and plan (8 values, slices of 2,048)
   now v16       the working tree's kernel at 16 values a thread and tensor
   now s4096     the working tree's kernel with slices of 4,096
 Each subject's dx, dweight (and dbias) are checked against fp64 first, then all are timed in turns
 with the bench's method (CUDA-graph replays, L2 flushed, median; rosetta.timing.measure_in_turns).
 GB/s counts 3 x |x| bytes, as the bench does. On a GPU box, from the repository root:
-python bench/ablations/norm_triton_04_exchange.py [REF]
+python bench/ablations/norm_triton_04_exchange.py REF
 """
 import importlib.util
 import subprocess

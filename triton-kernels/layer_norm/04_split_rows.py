@@ -45,8 +45,8 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import next_power_of_2
-from rosetta.triton_kernels.norm_common import BACKWARD_VALUES, empty_partials, gather, peek, post, share, split_kernel, \
-    split_plan, split_workspace, sum_counted_partials
+from rosetta.triton_kernels.norm_common import empty_partials, share, split_kernel, split_plan, split_workspace, \
+    sum_counted_partials
 
 
 @triton.jit
@@ -105,17 +105,6 @@ def layer_norm_forward_kernel(
 
 
 @triton.jit
-def row_terms(x, dy, mean, rstd, w_ptr, c, c_mask):
-    """One row's slice in fp32: xhat, dy and g = dy*w."""
-    xhat = tl.where(c_mask, (x.to(tl.float32) - mean) * rstd, 0.0)  # padding: 0 (x - mean is not)
-    dyf = dy.to(tl.float32)
-    # the weight's slice again each use, from L1: held across the loop it costs 8-16 registers a
-    # thread the three live rows need
-    g = dyf * tl.load(w_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
-    return xhat, dyf, g
-
-
-@triton.jit
 def layer_norm_backward_kernel(
     x_ptr,  # forward input, rows x cols, unit column stride
     w_ptr,  # weight, (cols,)
@@ -124,7 +113,7 @@ def layer_norm_backward_kernel(
     dy_ptr,  # gradient of y, rows x cols, unit column stride
     dx_ptr,  # gradient of x, contiguous rows x cols
     partial_ptr,  # fp32 (2, groups, cols): group g's sums of dy*xhat (dweight), then of dy (dbias)
-    part_ptr,  # int64 [2, rows, slices], zeroed: posted words (norm_common.post), each slice's sum of g, then of g*xhat
+    part_ptr,  # int64 [2, rows, slices], zeroed: posted words (norm_common.share), each slice's sum of g, then of g*xhat
     count_ptr,  # int32 (1,): partial rows written (program 0 stores groups), for step 3's sum
     rows,
     cols,
@@ -142,57 +131,41 @@ def layer_norm_backward_kernel(
         tl.store(count_ptr, groups)
     c = s * SLICE + tl.arange(0, SLICE)
     c_mask = c < cols
+    dw = tl.zeros([SLICE], tl.float32)  # sums over the group's rows, these columns
+    db = tl.zeros([SLICE], tl.float32)
     first = group.to(tl.int64)
-    # The exchange runs one row behind the sums: row r + 1's partials are summed and posted before
-    # this program waits for its peers' partials of row r, so the L2 round trip of the posted words
-    # (and any peer running late) overlaps a row of work, and row r + 2's loads are in flight
-    # meanwhile. Before the loop: the first row loaded, summed, posted; the second loading.
     x = tl.load(x_ptr + first * x_row_stride + c, mask=c_mask, other=0.0)
     dy = tl.load(dy_ptr + first * dy_row_stride + c, mask=c_mask, other=0.0)
     mean = tl.load(mean_ptr + first)
     rstd = tl.load(rstd_ptr + first)
-    xhat, dyf, g = row_terms(x, dy, mean, rstd, w_ptr, c, c_mask)
-    sum_g = tl.sum(g, axis=0)
-    sum_gx = tl.sum(g * xhat, axis=0)
-    dw = dyf * xhat  # dweight's and dbias's sums over the group's rows, these columns
-    db = dyf
-    if slices > 1:
-        post(part_ptr, first, rows, s, slices, sum_g, sum_gx, first < rows, True)
-    nxt = first + groups
-    n_mask = c_mask & (nxt < rows)
-    x_next = tl.load(x_ptr + nxt * x_row_stride + c, mask=n_mask, other=0.0)
-    dy_next = tl.load(dy_ptr + nxt * dy_row_stride + c, mask=n_mask, other=0.0)
-    mean_next = tl.load(mean_ptr + nxt, mask=nxt < rows, other=0.0)
-    rstd_next = tl.load(rstd_ptr + nxt, mask=nxt < rows, other=0.0)
     for row in range(first, rows, groups):
+        # the next row's slices and statistics, in flight through this row's wait (a statistic
+        # loaded when needed would put a memory round trip on every row's critical path)
         nxt = row + groups
-        ahead = nxt + groups
-        a_mask = c_mask & (ahead < rows)
-        x_ahead = tl.load(x_ptr + ahead * x_row_stride + c, mask=a_mask, other=0.0)
-        dy_ahead = tl.load(dy_ptr + ahead * dy_row_stride + c, mask=a_mask, other=0.0)
-        mean_ahead = tl.load(mean_ptr + ahead, mask=ahead < rows, other=0.0)
-        rstd_ahead = tl.load(rstd_ptr + ahead, mask=ahead < rows, other=0.0)
-        wa = tl.full([SLICES_P2], 1 << 32, tl.int64)  # a whole row (one slice) waits for nobody
-        wb = wa
+        n_mask = c_mask & (nxt < rows)
+        x_next = tl.load(x_ptr + nxt * x_row_stride + c, mask=n_mask, other=0.0)
+        dy_next = tl.load(dy_ptr + nxt * dy_row_stride + c, mask=n_mask, other=0.0)
+        mean_next = tl.load(mean_ptr + nxt, mask=nxt < rows, other=0.0)
+        rstd_next = tl.load(rstd_ptr + nxt, mask=nxt < rows, other=0.0)
+        xhat = tl.where(c_mask, (x.to(tl.float32) - mean) * rstd, 0.0)  # padding: 0 (x - mean is not)
+        dyf = dy.to(tl.float32)
+        # the weight's slice again each row, from L1: held across the loop it was 16 more
+        # registers a thread, and ptxas spilled at the 128 the grid allows
+        g = dyf * tl.load(w_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
+        sum_g = tl.sum(g, axis=0)
+        sum_gx = tl.sum(g * xhat, axis=0)
         if slices > 1:
-            wa, wb = peek(part_ptr, row, rows, slices, SLICES_P2, True)  # read while the next row is summed
-        # the next row's sums, posted (past the last row: zeros, nothing posted)
-        xhat_n, dyf_n, g_n = row_terms(x_next, dy_next, mean_next, rstd_next, w_ptr, c, c_mask)
-        sum_g_n = tl.sum(g_n, axis=0)
-        sum_gx_n = tl.sum(g_n * xhat_n, axis=0)
-        dw += dyf_n * xhat_n
-        db += dyf_n
-        if slices > 1:
-            post(part_ptr, nxt, rows, s, slices, sum_g_n, sum_gx_n, nxt < rows, True)
-            gs, gxs = gather(part_ptr, row, rows, slices, wa, wb, SLICES_P2, True)
+            gs, gxs = share(part_ptr, row, rows, s, slices, sum_g, sum_gx, SLICES_P2, True)
             sum_g = tl.sum(gs, axis=0)
             sum_gx = tl.sum(gxs, axis=0)
-        # this row, finished: xhat and g again from its packed slices (cheaper than holding them)
-        xhat, dyf, g = row_terms(x, dy, mean, rstd, w_ptr, c, c_mask)
         dx = rstd * (g - (sum_g + xhat * sum_gx) / cols)
         tl.store(dx_ptr + row * cols + c, dx.to(dx_ptr.dtype.element_ty), mask=c_mask)
-        x, dy, mean, rstd, sum_g, sum_gx = x_next, dy_next, mean_next, rstd_next, sum_g_n, sum_gx_n
-        x_next, dy_next, mean_next, rstd_next = x_ahead, dy_ahead, mean_ahead, rstd_ahead
+        dw += dyf * xhat
+        db += dyf
+        x = x_next
+        dy = dy_next
+        mean = mean_next
+        rstd = rstd_next
     p = partial_ptr + group.to(tl.int64) * cols + c
     tl.store(p, dw, mask=c_mask)
     tl.store(p + groups.to(tl.int64) * cols, db, mask=c_mask)
@@ -217,7 +190,7 @@ def launch_backward(x, weight, mean, rstd, dy, dx, dweight, dbias):
         dweight.zero_()  # sums over no rows
         dbias.zero_()
         return
-    width, warps, per_sm, slices, groups = split_plan(x.device, int(rows), int(cols), x.element_size(), BACKWARD_VALUES)
+    width, warps, per_sm, slices, groups = split_plan(x.device, int(rows), int(cols), x.element_size())
     part = split_workspace(rows, slices, x.device)
     count = torch.empty(1, dtype=torch.int32, device=x.device)
     partial = empty_partials(2, groups, cols, x.device)

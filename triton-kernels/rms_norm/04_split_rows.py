@@ -49,8 +49,8 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import next_power_of_2
-from rosetta.triton_kernels.norm_common import BACKWARD_VALUES, empty_partials, gather, peek, post, share, split_kernel, \
-    split_plan, split_workspace, sum_counted_partials
+from rosetta.triton_kernels.norm_common import empty_partials, share, split_kernel, split_plan, split_workspace, \
+    sum_counted_partials
 
 
 @triton.jit
@@ -103,7 +103,7 @@ def rms_norm_backward_kernel(
     dy_ptr,  # gradient of y, rows x cols, unit column stride
     dx_ptr,  # gradient of x, contiguous rows x cols
     partial_ptr,  # fp32 (1, groups, cols): row g is group g's sum of dy*x*rstd
-    part_ptr,  # int64 [2, rows, slices], zeroed: posted words (norm_common.post), each slice's partial dot
+    part_ptr,  # int64 [2, rows, slices], zeroed: posted words (norm_common.share), each slice's partial dot
     count_ptr,  # int32 (1,): partial rows written (program 0 stores groups), for step 3's sum
     rows,
     cols,
@@ -121,53 +121,33 @@ def rms_norm_backward_kernel(
         tl.store(count_ptr, groups)
     c = s * SLICE + tl.arange(0, SLICE)
     c_mask = c < cols
+    w = tl.load(w_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
+    acc = tl.zeros([SLICE], tl.float32)  # dweight's sum over the group's rows, these columns
     first = group.to(tl.int64)
-    # The exchange runs one row behind the sums: row r + 1's partial dot is summed and posted
-    # before this program waits for its peers' partials of row r, so the L2 round trip of the
-    # posted words (and any peer running late) overlaps a row of work, and row r + 2's loads are
-    # in flight meanwhile. Before the loop: the first row loaded, summed, posted; the second loading.
     x = tl.load(x_ptr + first * x_row_stride + c, mask=c_mask, other=0.0)
     dy = tl.load(dy_ptr + first * dy_row_stride + c, mask=c_mask, other=0.0)
     rstd = tl.load(rstd_ptr + first)
-    # the weight's slice again each use, from L1: held across the loop it costs 8-16 registers a
-    # thread the three live rows need
-    xf = x.to(tl.float32)
-    dyf = dy.to(tl.float32)
-    dot = tl.sum(dyf * tl.load(w_ptr + c, mask=c_mask, other=0.0).to(tl.float32) * xf, axis=0)
-    acc = dyf * xf * rstd  # dweight's sum over the group's rows, these columns
-    if slices > 1:
-        post(part_ptr, first, rows, s, slices, dot, 0.0, first < rows, False)
-    nxt = first + groups
-    n_mask = c_mask & (nxt < rows)
-    x_next = tl.load(x_ptr + nxt * x_row_stride + c, mask=n_mask, other=0.0)
-    dy_next = tl.load(dy_ptr + nxt * dy_row_stride + c, mask=n_mask, other=0.0)
-    rstd_next = tl.load(rstd_ptr + nxt, mask=nxt < rows, other=0.0)
     for row in range(first, rows, groups):
+        # the next row's slices and rstd, in flight through this row's wait (rstd loaded when
+        # needed would put a memory round trip on every row's critical path)
         nxt = row + groups
-        ahead = nxt + groups
-        a_mask = c_mask & (ahead < rows)
-        x_ahead = tl.load(x_ptr + ahead * x_row_stride + c, mask=a_mask, other=0.0)
-        dy_ahead = tl.load(dy_ptr + ahead * dy_row_stride + c, mask=a_mask, other=0.0)
-        rstd_ahead = tl.load(rstd_ptr + ahead, mask=ahead < rows, other=0.0)
-        words = tl.full([SLICES_P2], 1 << 32, tl.int64)  # a whole row (one slice) waits for nobody
-        if slices > 1:
-            words, _unused = peek(part_ptr, row, rows, slices, SLICES_P2, False)  # read while the next row is summed
-        # the next row's partial dot, posted (past the last row: zeros, nothing posted)
-        xf_n = x_next.to(tl.float32)
-        dyf_n = dy_next.to(tl.float32)
-        dot_n = tl.sum(dyf_n * tl.load(w_ptr + c, mask=c_mask, other=0.0).to(tl.float32) * xf_n, axis=0)
-        acc += dyf_n * xf_n * rstd_next
-        if slices > 1:
-            post(part_ptr, nxt, rows, s, slices, dot_n, 0.0, nxt < rows, False)
-            parts, _unused = gather(part_ptr, row, rows, slices, words, words, SLICES_P2, False)
-            dot = tl.sum(parts, axis=0)
-        # this row, finished from its packed slices
+        n_mask = c_mask & (nxt < rows)
+        x_next = tl.load(x_ptr + nxt * x_row_stride + c, mask=n_mask, other=0.0)
+        dy_next = tl.load(dy_ptr + nxt * dy_row_stride + c, mask=n_mask, other=0.0)
+        rstd_next = tl.load(rstd_ptr + nxt, mask=nxt < rows, other=0.0)
         xf = x.to(tl.float32)
-        g = dy.to(tl.float32) * tl.load(w_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
+        dyf = dy.to(tl.float32)
+        g = dyf * w
+        dot = tl.sum(g * xf, axis=0)
+        if slices > 1:
+            parts, _ = share(part_ptr, row, rows, s, slices, dot, 0.0, SLICES_P2, False)
+            dot = tl.sum(parts, axis=0)
         dx = rstd * (g - xf * (rstd * rstd * dot / cols))
         tl.store(dx_ptr + row * cols + c, dx.to(dx_ptr.dtype.element_ty), mask=c_mask)
-        x, dy, rstd, dot = x_next, dy_next, rstd_next, dot_n
-        x_next, dy_next, rstd_next = x_ahead, dy_ahead, rstd_ahead
+        acc += dyf * xf * rstd
+        x = x_next
+        dy = dy_next
+        rstd = rstd_next
     tl.store(partial_ptr + group.to(tl.int64) * cols + c, acc, mask=c_mask)
 
 
@@ -189,7 +169,7 @@ def launch_backward(x, weight, rstd, dy, dx, dweight):
     if rows == 0:
         dweight.zero_()  # a sum over no rows
         return
-    width, warps, per_sm, slices, groups = split_plan(x.device, int(rows), int(cols), x.element_size(), BACKWARD_VALUES)
+    width, warps, per_sm, slices, groups = split_plan(x.device, int(rows), int(cols), x.element_size())
     part = split_workspace(rows, slices, x.device)
     count = torch.empty(1, dtype=torch.int32, device=x.device)
     partial = empty_partials(1, groups, cols, x.device)
