@@ -34,6 +34,9 @@ Still:    since S ~ SMs / tiles, the partials are about SMs x tile area x 4 byte
           them out. Step 17 tries both, and measured slower: its in-kernel adds run on one SM
           per tile. At M = 16 a 64-row tile computes 75% zero rows (free while memory-bound),
           and at large M 128 x 128 blocks read more from L2 per flop than step 13's pairs.
+          ncu (KERNEL_LOG): the split GEMM runs within 1-8% of cuBLAS at 1-128 x 4096 x 4096;
+          the second kernel is the loss (3.7-6.5 us alone), and cuBLAS splits nothing there:
+          64-wide tiles, 48-128 blocks, one launch.
 Limits:   each of A and B needs one unit stride (row- or column-major; the dispatcher copies
           others). An operand the copy engine cannot read as it is (a leading stride that is not
           a multiple of 8 elements, or a start off 16 bytes: an odd K or N) is first copied into
