@@ -11,7 +11,8 @@ Subjects per op and shape, bf16 unless named:
   now           the working tree's step 4 and plan (8 values, slices of 2,048)
   now v16       the working tree's kernel at 16 values a thread and tensor
   now s4096     the working tree's kernel with slices of 4,096
-Each subject's dx, dweight (and dbias) are checked against fp64 first, then all are timed in turns
+Each subject's dx, dweight (and dbias), written over NaN, are checked against the op spec's fp64
+reference and tolerance first, then all are timed in turns
 with the bench's method (CUDA-graph replays, L2 flushed, median; rosetta.timing.measure_in_turns).
 GB/s counts 3 x |x| bytes, as the bench does. On a GPU box, from the repository root:
 python bench/ablations/norm_triton_04_exchange.py REF
@@ -25,6 +26,7 @@ import torch
 
 import rosetta
 from rosetta.bench import environment
+from rosetta.ops import SPECS
 from rosetta.timing import Flush, measure_in_turns
 from rosetta.torch_ops import triton_module
 from rosetta.triton_kernels import norm_common
@@ -63,47 +65,28 @@ def with_plan(launch, values=None, slice_width=None):
     return run
 
 
-def inputs(op, rows, cols, dtype):
-    x = torch.randn(rows, cols, device="cuda", dtype=dtype)
-    w = (1 + 0.1 * torch.randn(cols, device="cuda")).to(dtype)
-    dy = torch.randn(rows, cols, device="cuda", dtype=dtype)
-    xf = x.double()
-    mean = xf.mean(1) if op == "layer_norm" else torch.zeros(rows, device="cuda", dtype=torch.float64)
-    rstd = ((xf - mean[:, None]).pow(2).mean(1) + 1e-5).rsqrt()
-    xhat = (xf - mean[:, None]) * rstd[:, None]
-    g = dy.double() * w.double()
-    if op == "layer_norm":
-        dx = rstd[:, None] * (g - (g.mean(1, keepdim=True) + xhat * (g * xhat).mean(1, keepdim=True)))
-        ref = (dx, (dy.double() * xhat).sum(0), dy.double().sum(0))
-    else:
-        dx = rstd[:, None] * (g - xhat * (g * xhat).mean(1, keepdim=True))
-        ref = (dx, (dy.double() * xhat).sum(0))
-    return x, w, mean.float(), rstd.float(), dy, ref
-
-
 def main(ref):
     flush = Flush("read")
     for op in ("layer_norm", "rms_norm"):
         now = triton_module(next(v for v in rosetta.variants(op=op, backend="triton") if v.step == 4))
         before = module_at(ref, op)
+        d = SPECS[op].directions()["backward"]
         for dtype, shapes in ((torch.bfloat16, SHAPES), (torch.float32, FP32_SHAPES)):
             for rows, cols in shapes:
-                x, w, mean, rstd, dy, ref_out = inputs(op, rows, cols, dtype)
+                inputs = d.make_inputs((rows, cols), dtype, "cuda", torch.Generator(device="cuda").manual_seed(0))
+                ref_out = d.reference(*inputs)
+                x = inputs[0]
                 names, subjects = [], []
 
                 def add(name, module, wrap=lambda f: f):
-                    outs = (torch.empty_like(x), torch.empty_like(w)) + ((torch.empty_like(w),) if op == "layer_norm" else ())
-                    if op == "layer_norm":
-                        launch = wrap(lambda: module.launch_backward(x, w, mean, rstd, dy, *outs))
-                    else:
-                        launch = wrap(lambda: module.launch_backward(x, w, rstd, dy, *outs))
+                    outs = d.poisoned(*inputs)  # NaN: an element the kernel skips fails the check
+                    launch = wrap(lambda: module.launch_backward(*inputs, *outs))
                     launch()
                     torch.cuda.synchronize()
-                    for got, want in zip(outs, ref_out):
-                        err = ((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
-                        if not err < 2e-2:  # NaN fails too
-                            print(f"  WRONG {name}: {err:.3g}", flush=True)
-                            return
+                    err = d.error(outs, ref_out, inputs)  # the tests' yardstick; NaN gives inf
+                    if not err <= d.tolerance[dtype]:
+                        print(f"  WRONG {name}: error {err:.3g} of tolerance {d.tolerance[dtype]}", flush=True)
+                        return
                     names.append(name)
                     subjects.append([launch])
 

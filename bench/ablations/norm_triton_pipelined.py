@@ -7,7 +7,8 @@ registers to hold them, as CUDA step 4's bulk copies into a shared ring.
 
 Subjects per op and shape (bf16; one fp32 shape): steps 3 and 4 as committed, and the candidate
 at STAGES = 2, 3, 4 on step 4's grid (norm_common.split_plan). Each subject's dx, dweight (and
-dbias) are checked against fp64 first, then all are timed in turns with the bench's method
+dbias), written over NaN, are checked against the op spec's fp64 reference and tolerance first,
+then all are timed in turns with the bench's method
 (CUDA-graph replays, L2 flushed, median; rosetta.timing.measure_in_turns). GB/s counts 3 x |x|.
 On a GPU box, from the repository root: python bench/ablations/norm_triton_pipelined.py
 """
@@ -17,6 +18,7 @@ import triton.language as tl
 
 import rosetta
 from rosetta.bench import environment
+from rosetta.ops import SPECS
 from rosetta.timing import Flush, measure_in_turns
 from rosetta.torch_ops import triton_module
 from rosetta.triton_kernels.common import next_power_of_2
@@ -96,45 +98,24 @@ def rms_norm_backward_pipelined(x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, partial_
 
 
 def pipelined(op, stages):
-    """The candidate's launch_backward for `op` at `stages`, on step 4's grid."""
+    """The candidate's launch_backward for `op` at `stages`, on step 4's grid: (*inputs, *outputs) in
+    the op spec's order, as the steps' own launch_backward."""
     kernel = layer_norm_backward_pipelined if op == "layer_norm" else rms_norm_backward_pipelined
+    n_inputs = len(SPECS[op].directions()["backward"].inputs)
 
-    def launch_backward(x, weight, *rest):
+    def launch_backward(*tensors):
+        inputs, dx, sums = tensors[:n_inputs], tensors[n_inputs], tensors[n_inputs + 1:]  # sums: dweight (, dbias)
+        x, dy = inputs[0], inputs[-1]
         rows, cols = x.shape
         width, warps, per_sm, slices, groups = split_plan(x.device, int(rows), int(cols), x.element_size())
         part = split_workspace(rows, slices, x.device)
         count = torch.empty(1, dtype=torch.int32, device=x.device)
-        outs = 2 if op == "layer_norm" else 1
-        partial = empty_partials(outs, groups, cols, x.device)
-        if op == "layer_norm":
-            mean, rstd, dy, dx, dweight, dbias = rest
-            args, sums = (x, weight, mean, rstd, dy, dx), (dweight, dbias)
-        else:
-            rstd, dy, dx, dweight = rest
-            args, sums = (x, weight, rstd, dy, dx), (dweight,)
+        partial = empty_partials(len(sums), groups, cols, x.device)
         split_kernel(kernel, warps, per_sm)[(groups * slices,)](
-            *args, partial, part, count, rows, cols, x.stride(0), dy.stride(0), slices, SLICE=width,
+            *inputs, dx, partial, part, count, rows, cols, x.stride(0), dy.stride(0), slices, SLICE=width,
             SLICES_P2=next_power_of_2(slices), STAGES=stages)
         sum_counted_partials(partial, count, *sums)
     return launch_backward
-
-
-def inputs(op, rows, cols, dtype):
-    x = torch.randn(rows, cols, device="cuda", dtype=dtype)
-    w = (1 + 0.1 * torch.randn(cols, device="cuda")).to(dtype)
-    dy = torch.randn(rows, cols, device="cuda", dtype=dtype)
-    xf = x.double()
-    mean = xf.mean(1) if op == "layer_norm" else torch.zeros(rows, device="cuda", dtype=torch.float64)
-    rstd = ((xf - mean[:, None]).pow(2).mean(1) + 1e-5).rsqrt()
-    xhat = (xf - mean[:, None]) * rstd[:, None]
-    g = dy.double() * w.double()
-    if op == "layer_norm":
-        dx = rstd[:, None] * (g - (g.mean(1, keepdim=True) + xhat * (g * xhat).mean(1, keepdim=True)))
-        ref = (dx, (dy.double() * xhat).sum(0), dy.double().sum(0))
-    else:
-        dx = rstd[:, None] * (g - xhat * (g * xhat).mean(1, keepdim=True))
-        ref = (dx, (dy.double() * xhat).sum(0))
-    return x, w, mean.float(), rstd.float(), dy, ref
 
 
 def main():
@@ -142,25 +123,26 @@ def main():
     for op in ("layer_norm", "rms_norm"):
         steps = {n: triton_module(next(v for v in rosetta.variants(op=op, backend="triton") if v.step == n)).launch_backward
                  for n in (3, 4)}
+        d = SPECS[op].directions()["backward"]
         for dtype, shapes in ((torch.bfloat16, SHAPES), (torch.float32, FP32_SHAPES)):
             for rows, cols in shapes:
-                x, w, mean, rstd, dy, ref_out = inputs(op, rows, cols, dtype)
+                inputs = d.make_inputs((rows, cols), dtype, "cuda", torch.Generator(device="cuda").manual_seed(0))
+                ref_out = d.reference(*inputs)
+                x = inputs[0]
                 names, subjects = [], []
                 candidates = [(f"step {n}", f) for n, f in steps.items()] + [(f"pipelined {s}", pipelined(op, s)) for s in STAGES]
                 for name, launch_backward in candidates:
-                    outs = (torch.empty_like(x), torch.empty_like(w)) + ((torch.empty_like(w),) if op == "layer_norm" else ())
-                    stats = (mean, rstd) if op == "layer_norm" else (rstd,)
-                    launch = (lambda f=launch_backward, outs=outs, stats=stats: f(x, w, *stats, dy, *outs))
+                    outs = d.poisoned(*inputs)  # NaN: an element the kernel skips fails the check
+                    launch = (lambda f=launch_backward, outs=outs: f(*inputs, *outs))
                     try:
                         launch()
                         torch.cuda.synchronize()
                     except Exception as e:  # a candidate that does not compile or fit is reported, not timed
                         print(f"  FAILED {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
                         continue
-                    errs = [((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
-                            for got, want in zip(outs, ref_out)]
-                    if not max(errs) < 2e-2:  # NaN fails too
-                        print(f"  WRONG {name}: {errs}", flush=True)
+                    err = d.error(outs, ref_out, inputs)  # the tests' yardstick; NaN gives inf
+                    if not err <= d.tolerance[dtype]:
+                        print(f"  WRONG {name}: error {err:.3g} of tolerance {d.tolerance[dtype]}", flush=True)
                         continue
                     names.append(name)
                     subjects.append([launch])
