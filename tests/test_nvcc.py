@@ -138,8 +138,11 @@ SASS_CLAIMS = [
         "UTMALDG.2D.MULTICAST", "UTMASTG.2D", "HGMMA.64x192x16.F32.BF16"} <= set(ops)),
     # "one consumer warpgroup, wgmma.m64n128k16, HGMMA.64x128x16" fed by TMA, and "programmatic dependent
     # launch (griddepcontrol)": the GEMM's launch_dependents (PREEXIT), the reduction's wait (ACQBULK)
-    ("matmul/14_split_k.cu", "matmul_split_kI13__nv_bfloat16Li1ELb0ELb0E", lambda ops: {
+    ("matmul/14_split_k.cu", "matmul_split_kI13__nv_bfloat16Li1ELi128ELb0ELb0E", lambda ops: {
         "UTMALDG.2D", "HGMMA.64x128x16.F32.BF16", "PREEXIT"} <= set(ops)),
+    # "64-column tiles (wgmma.m64n64k16 ...), no split"
+    ("matmul/14_split_k.cu", "matmul_split_kI13__nv_bfloat16Li1ELi64ELb0ELb0E", lambda ops: {
+        "UTMALDG.2D", "HGMMA.64x64x16.F32.BF16"} <= set(ops)),
     ("matmul/14_split_k.cu", "sum_slicesI13__nv_bfloat16E",
      lambda ops: {"ACQBULK", "LDG.E.128.CONSTANT", "STG.E.64"} <= set(ops)),
     # stream-K: "wgmma ... fed by TMA", a ticket per shared tile (an atomic add), and slots read back

@@ -198,6 +198,8 @@ SPEC = OpSpec(
                            # then stream-K pieces that cross tiles; N = 4097 also repacks b
         (1500, 200, 3000),  # CUDA step 13 on 132 SMs picks its 192 x 192 tile pair (64 pairs, one
                             # wave, where 128-row tiles need two): ragged in M, N and K
+        (200, 520, 3104),  # CUDA step 14's narrow 128 x 64 tiles without a split (98 blocks, where
+                           # 128 x 128 tiles would split K in two): ragged in M, K and N
     ),
     cpu_shapes=(
         (1, 1, 1),  # a single multiply-add

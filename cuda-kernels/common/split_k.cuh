@@ -14,14 +14,15 @@ static_assert(kBK * 2 == 128, "one k-tile row is exactly one 128-byte swizzle ro
 
 // kConsumers warpgroups of 64 rows each, then one producer warp: wgmma needs each warpgroup to
 // start at a warp index divisible by 4, so the producer goes last. 64 accumulators per consumer
-// thread need no setmaxnreg (90 registers a thread).
-template <int kConsumers>
+// thread need no setmaxnreg (90 registers a thread). kTileN: the tile's columns (step 14's narrow
+// tiles: 64).
+template <int kConsumers, int kTileN = kBN>
 struct Config {
   static constexpr int kBM = 64 * kConsumers;
   static constexpr int kThreads = 128 * kConsumers + 32;
-  static constexpr int kBytesA = kBM * kBK * 2, kBytesB = kBN * kBK * 2;
-  static constexpr int kStageBytes = kBytesA + kBytesB;  // 24 KB (64-row tile), 32 KB (128-row)
-  static constexpr int kStages = (kSmemPerBlock - 1024 - 160) / kStageBytes;  // 9 (216 KB), 7 (224 KB)
+  static constexpr int kBytesA = kBM * kBK * 2, kBytesB = kTileN * kBK * 2;
+  static constexpr int kStageBytes = kBytesA + kBytesB;  // 24 KB (64 x 128 tile), 32 KB (128 x 128), 16 (64 x 64)
+  static constexpr int kStages = (kSmemPerBlock - 1024 - 160) / kStageBytes;  // 9 (216 KB), 7 (224 KB), 14 (224 KB)
   static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;  // + barriers, alignment slack
   static_assert(kStages >= 3, "a pipeline of 3+ stages");
   static_assert(kSmemBytes <= kSmemPerBlock, "fits the opt-in shared memory of one block");
@@ -58,14 +59,15 @@ rosetta::Tensor tma_readable_copy(const rosetta::Tensor& x, const rosetta::Works
 }
 
 // A and B's tensor maps, through a readable copy where the operand itself cannot be described.
+// a_box_rows, b_box_rows: the tile's rows of A and columns of B (a K-major operand's box).
 template <typename T>
 bool tma_operands(sm90::TmaOperand& a, sm90::TmaOperand& b, const rosetta::MatmulArgs& args, int a_box_rows,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, int b_box_rows = kBN) {
   if (!sm90::make_tma_operand<T>(a, args.a, false, a_box_rows) &&
       !sm90::make_tma_operand<T>(a, tma_readable_copy<T>(args.a, args.workspace, stream), false, a_box_rows))
     return false;
-  return sm90::make_tma_operand<T>(b, args.b, true, kBN) ||
-         sm90::make_tma_operand<T>(b, tma_readable_copy<T>(args.b, args.workspace, stream), true, kBN);
+  return sm90::make_tma_operand<T>(b, args.b, true, b_box_rows) ||
+         sm90::make_tma_operand<T>(b, tma_readable_copy<T>(args.b, args.workspace, stream), true, b_box_rows);
 }
 
 }  // namespace rosetta::split_k

@@ -12,7 +12,11 @@ Changed:  step 12's producer / consumer pipeline (full and empty mbarriers, TMA 
           launch (griddepcontrol), so its blocks are placed while the GEMM's finish and wait
           there for the GEMM's stores. S = round(SMs / tiles), at most SMs / tiles (one wave), at
           most k_tiles / 4 (a slice is >= 4 k-tiles, 256 of K), at most 16; S = 1 writes the
-          output directly: no workspace, no second kernel.
+          output directly: no workspace, no second kernel. Later: where that split would be more
+          than one slice, 64-column tiles (wgmma.m64n64k16; 64 x 64: 14 stages of 16 KB), no split,
+          take its place if they alone make 48 to one wave of blocks, 64 rows a tile (128 where
+          64-row tiles would pass a wave): 1 to 128 x 4096 x 4096 runs as 64-128 blocks, 1 to
+          128 x 768 x 3072 as 48-96, one launch each.
 Why:      at small M the product is a stream of B: M = 16, K = 4096, N = 14336 bf16 reads 117 MB
           of B for 1.9 Gflop (16 flop/B), ~39 us at 3 TB/s; A (131 KB) and out (459 KB) are
           noise. Step 12 cuts out into 128 x 256 tiles: 56 blocks there, each streaming 2.1 MB
@@ -34,9 +38,9 @@ Still:    since S ~ SMs / tiles, the partials are about SMs x tile area x 4 byte
           them out. Step 17 tries both, and measured slower: its in-kernel adds run on one SM
           per tile. At M = 16 a 64-row tile computes 75% zero rows (free while memory-bound),
           and at large M 128 x 128 blocks read more from L2 per flop than step 13's pairs.
-          ncu (KERNEL_LOG): the split GEMM runs within 1-8% of cuBLAS at 1-128 x 4096 x 4096;
-          the second kernel is the loss (3.7-6.5 us alone), and cuBLAS splits nothing there:
-          64-wide tiles, 48-128 blocks, one launch.
+          The narrow tiles came from ncu (KERNEL_LOG): the split GEMM ran within 1-8% of cuBLAS
+          at 1-128 x 4096 x 4096, the second kernel was the loss (3.7-6.5 us alone), and cuBLAS
+          splits nothing there: 64-wide tiles, 48-128 blocks, one launch.
 Limits:   each of A and B needs one unit stride (row- or column-major; the dispatcher copies
           others). An operand the copy engine cannot read as it is (a leading stride that is not
           a multiple of 8 elements, or a start off 16 bytes: an odd K or N) is first copied into
@@ -98,15 +102,38 @@ __device__ __forceinline__ void store_partials(const float (&d)[kN / 2], float* 
   }
 }
 
-// out (or, with partials, slice blockIdx.y of them) = the k-slice blockIdx.y of tile blockIdx.x.
-template <typename T, int kConsumers, bool kMnMajorA, bool kMnMajorB>
-__global__ void __launch_bounds__(Config<kConsumers>::kThreads, 1)
+// d (64 x 64 fp32) += A (64 x 16) * B (16 x 64) from shared memory: wgmma.m64n64k16, the narrow
+// tiles' instruction (hopper.cuh's wgmma instantiates the 128-256 wide ones the other steps use).
+// Accumulator layout as hopper.cuh's: d[4c + 2h + e] is row 16w + l/4 + 8h, column 8c + 2(l % 4) + e.
+template <typename T, bool kTransA, bool kTransB>
+__device__ __forceinline__ void wgmma_n64(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+#define ROSETTA_WGMMA_N64(TY)                                                                              \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                               \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                                  \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                    \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "         \
+               "%32, %33, p, 1, 1, %35, %36;\n}\n"                                                         \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),         \
+                 "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),     \
+                 "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),  \
+                 "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),  \
+                 "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                          \
+               : "l"(desc_a), "l"(desc_b), "r"(1), "n"(int(kTransA)), "n"(int(kTransB)))
+  if constexpr (std::is_same_v<T, __half>) ROSETTA_WGMMA_N64("f16");
+  else ROSETTA_WGMMA_N64("bf16");
+#undef ROSETTA_WGMMA_N64
+}
+
+// out (or, with partials, slice blockIdx.y of them) = the k-slice blockIdx.y of tile blockIdx.x,
+// a tile of 64 x kConsumers rows and kTileN columns.
+template <typename T, int kConsumers, int kTileN, bool kMnMajorA, bool kMnMajorB>
+__global__ void __launch_bounds__(Config<kConsumers, kTileN>::kThreads, 1)
     matmul_split_k(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                    T* __restrict__ out, float* __restrict__ partials, int64_t slice_stride, int M, int N, int K,
                    bool pairs) {
-  using C = Config<kConsumers>;
+  using C = Config<kConsumers, kTileN>;
   using TileA = sm90::OperandTile<C::kBM, kMnMajorA>;
-  using TileB = sm90::OperandTile<kBN, kMnMajorB>;
+  using TileB = sm90::OperandTile<kTileN, kMnMajorB>;
   extern __shared__ unsigned char smem_raw[];
   // Tiles on 1024-byte boundaries (the swizzle atom): round the dynamic shared base up.
   unsigned char* const smem = smem_raw + (1024 - sm90::smem_u32(smem_raw) % 1024) % 1024;
@@ -116,8 +143,8 @@ __global__ void __launch_bounds__(Config<kConsumers>::kThreads, 1)
   auto tile_b = [&](int s) { return smem + s * C::kStageBytes + C::kBytesA; };
 
   int tm, tn;
-  rosetta::tile_coords<kGroupM>(blockIdx.x, (M + C::kBM - 1) / C::kBM, (N + kBN - 1) / kBN, tm, tn);
-  const int m0 = tm * C::kBM, n0 = tn * kBN;
+  rosetta::tile_coords<kGroupM>(blockIdx.x, (M + C::kBM - 1) / C::kBM, (N + kTileN - 1) / kTileN, tm, tn);
+  const int m0 = tm * C::kBM, n0 = tn * kTileN;
   // This block's k-tiles: slices as even as integers allow (lengths differ by at most one, and
   // the launcher's S <= k_tiles / kMinSliceTiles keeps every slice non-empty). 32-bit products:
   // k_tiles <= 2^25 and S <= kMaxSplit.
@@ -153,15 +180,17 @@ __global__ void __launch_bounds__(Config<kConsumers>::kThreads, 1)
   }
 
   const int row0 = 64 * wg;
-  float d[kBN / 2] = {};
+  float d[kTileN / 2] = {};
   for (int i = 0; i < steps; ++i) {
     const int s = i % C::kStages;
     sm90::mbarrier_wait(&full[s], (i / C::kStages) % 2);
     sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk)
-      sm90::wgmma<T, kBN, kMnMajorA, kMnMajorB>(d, TileA::descriptor(tile_a(s), row0, kk),
-                                                TileB::descriptor(tile_b(s), 0, kk));
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      const uint64_t desc_a = TileA::descriptor(tile_a(s), row0, kk), desc_b = TileB::descriptor(tile_b(s), 0, kk);
+      if constexpr (kTileN == 64) wgmma_n64<T, kMnMajorA, kMnMajorB>(d, desc_a, desc_b);
+      else sm90::wgmma<T, kTileN, kMnMajorA, kMnMajorB>(d, desc_a, desc_b);
+    }
     sm90::wgmma_commit();
     sm90::wgmma_wait<1>();  // step i - 1's group has read its stage: hand it back to the producer
     if (i >= 1 && threadIdx.x % 128 == 0) sm90::mbarrier_arrive(&empty[(i - 1) % C::kStages]);
@@ -170,13 +199,13 @@ __global__ void __launch_bounds__(Config<kConsumers>::kThreads, 1)
   sm90::fence_accumulators(d);
 
   if (partials == nullptr) {
-    sm90::store_accumulators<T, kBN>(d, out, M, N, m0 + row0, n0, pairs);
+    sm90::store_accumulators<T, kTileN>(d, out, M, N, m0 + row0, n0, pairs);
     return;
   }
   // Only placement: the reduction's blocks may now be put on SMs as ours leave. Its
   // griddepcontrol.wait still waits for this whole grid to finish and its stores to be visible.
   launch_dependents();
-  store_partials<kBN>(d, partials + slice * slice_stride, M, N, m0 + row0, n0);
+  store_partials<kTileN>(d, partials + slice * slice_stride, M, N, m0 + row0, n0);
 }
 
 // out[i] = sum over z = 0 .. slices - 1, in that order, of partials[z * slice_stride + i], for 4
@@ -238,20 +267,45 @@ cudaError_t allow_shared_memory() {
   return status;
 }
 
-template <typename T, int kConsumers, bool kMnA, bool kMnB>
+// The tile of a launch: 64 rows while M fits one (a 128-row tile at M <= 64 would load and multiply
+// zero rows for nothing; above, 128 rows halve the times each B tile is read from L2 per row of
+// out), 128 columns, split along K by choose_split. Where that split would be more than one slice,
+// 64-column tiles with no split take its place if they alone make kMinNarrowBlocks to one wave of
+// blocks (64 rows, or 128 where 64-row tiles would pass a wave): one launch, no partials, as cuBLAS
+// runs these shapes. Every config holds one block an SM (its stages fill the shared memory).
+struct Tile {
+  int consumers, cols;
+};
+constexpr int kMinNarrowBlocks = 48;  // the fewest blocks that stream B at DRAM speed, measured: see the header
+
+Tile choose_tile(int64_t M, int64_t N, int64_t K) {
+  const int64_t sms = rosetta::sm_count();
+  const int consumers = M <= 64 ? 1 : 2;
+  const int64_t wide = rosetta::ceil_div(M, int64_t(64 * consumers)) * rosetta::ceil_div(N, int64_t(kBN));
+  if (choose_split(wide, rosetta::ceil_div(K, int64_t(kBK)), sms) == 1) return {consumers, kBN};
+  for (const int rows : {1, 2}) {
+    const int64_t narrow = rosetta::ceil_div(M, int64_t(64 * rows)) * rosetta::ceil_div(N, int64_t(64));
+    if (narrow >= kMinNarrowBlocks && narrow <= sms) return {rows, 64};
+  }
+  return {consumers, kBN};
+}
+
+template <typename T, int kConsumers, int kTileN, bool kMnA, bool kMnB>
 cudaError_t launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const rosetta::MatmulArgs& args, int M,
                    int N, int K, cudaStream_t stream) {
-  using C = Config<kConsumers>;
-  constexpr auto kernel = matmul_split_k<T, kConsumers, kMnA, kMnB>;
+  using C = Config<kConsumers, kTileN>;
+  constexpr auto kernel = matmul_split_k<T, kConsumers, kTileN, kMnA, kMnB>;
   if (const cudaError_t status = allow_shared_memory<kernel, C::kSmemBytes>(); status != cudaSuccess) return status;
   static const int per_sm = [&] {  // blocks resident per SM: 1 by design, read rather than assumed
     int n = 0;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, C::kThreads, C::kSmemBytes);
     return std::max(n, 1);
   }();
-  const int64_t tiles = rosetta::ceil_div(M, C::kBM) * rosetta::ceil_div(N, kBN);
+  const int64_t tiles = rosetta::ceil_div(M, C::kBM) * rosetta::ceil_div(N, kTileN);
   if (tiles > INT_MAX) return cudaErrorInvalidValue;
-  const int split = choose_split(tiles, rosetta::ceil_div(K, kBK), int64_t(per_sm) * rosetta::sm_count());
+  const int split = kTileN == kBN  // narrow tiles were chosen not to split
+                        ? choose_split(tiles, rosetta::ceil_div(K, kBK), int64_t(per_sm) * rosetta::sm_count())
+                        : 1;
   T* const out = args.out.ptr<T>();
   const bool pairs = N % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
   const dim3 grid{unsigned(tiles), unsigned(split)};
@@ -287,15 +341,18 @@ cudaError_t launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const r
 cudaError_t matmul_14_split_k(const rosetta::MatmulArgs& args, cudaStream_t stream) {
   return sm90::tc_matmul_launch(args, stream, [&](auto tag, int M, int N, int K) {
     using T = decltype(tag);
-    // 64-row tiles while M fits one: a 128-row tile at M <= 64 would load and multiply zero rows
-    // for nothing. Above, 128 rows halve the times each B tile is read (from L2) per row of out.
-    const int consumers = M <= 64 ? 1 : 2;
+    const Tile tile = choose_tile(M, N, K);
     sm90::TmaOperand a, b;
-    if (!rosetta::split_k::tma_operands<T>(a, b, args, 64 * consumers, stream)) return cudaErrorInvalidValue;
+    if (!rosetta::split_k::tma_operands<T>(a, b, args, 64 * tile.consumers, stream, tile.cols))
+      return cudaErrorInvalidValue;
     cudaError_t status = cudaSuccess;
     sm90::with_majors(a.mn_major, b.mn_major, [&](auto mn_a, auto mn_b) {
-      status = consumers == 1 ? launch<T, 1, mn_a, mn_b>(a, b, args, M, N, K, stream)
-                              : launch<T, 2, mn_a, mn_b>(a, b, args, M, N, K, stream);
+      if (tile.cols == 64)
+        status = tile.consumers == 1 ? launch<T, 1, 64, mn_a, mn_b>(a, b, args, M, N, K, stream)
+                                     : launch<T, 2, 64, mn_a, mn_b>(a, b, args, M, N, K, stream);
+      else
+        status = tile.consumers == 1 ? launch<T, 1, kBN, mn_a, mn_b>(a, b, args, M, N, K, stream)
+                                     : launch<T, 2, kBN, mn_a, mn_b>(a, b, args, M, N, K, stream);
     });
     return status;
   });
