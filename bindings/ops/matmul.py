@@ -200,6 +200,8 @@ SPEC = OpSpec(
                             # wave, where 128-row tiles need two): ragged in M, N and K
         (200, 520, 3104),  # CUDA step 14's narrow 128 x 64 tiles without a split (98 blocks, where
                            # 128 x 128 tiles would split K in two): ragged in M, K and N
+        (5, 712, 3104),  # the same with 64 x 64 tiles at M < 32 (49 blocks; K's 12 k-tiles fit the
+                         # stages): ragged in K and N
     ),
     cpu_shapes=(
         (1, 1, 1),  # a single multiply-add

@@ -15,8 +15,9 @@ Changed:  step 12's producer / consumer pipeline (full and empty mbarriers, TMA 
           output directly: no workspace, no second kernel. Later: where that split would be more
           than one slice, 64-column tiles (wgmma.m64n64k16; 64 x 64: 14 stages of 16 KB), no split,
           take its place if they alone make 48 to one wave of blocks, 64 rows a tile (128 where
-          64-row tiles would pass a wave): 1 to 128 x 4096 x 4096 runs as 64-128 blocks, 1 to
-          128 x 768 x 3072 as 48-96, one launch each.
+          64-row tiles would pass a wave), and not at M < 32 with more k-tiles than the stages
+          hold (the zero-filled rows of A's boxes: see Still): 64 and 128 x 4096 x 4096 run as
+          64 and 128 blocks, 1 to 128 x 768 x 3072 as 48-96, one launch each.
 Why:      at small M the product is a stream of B: M = 16, K = 4096, N = 14336 bf16 reads 117 MB
           of B for 1.9 Gflop (16 flop/B), ~39 us at 3 TB/s; A (131 KB) and out (459 KB) are
           noise. Step 12 cuts out into 128 x 256 tiles: 56 blocks there, each streaming 2.1 MB
@@ -40,7 +41,11 @@ Still:    since S ~ SMs / tiles, the partials are about SMs x tile area x 4 byte
           and at large M 128 x 128 blocks read more from L2 per flop than step 13's pairs.
           The narrow tiles came from ncu (KERNEL_LOG): the split GEMM ran within 1-8% of cuBLAS
           at 1-128 x 4096 x 4096, the second kernel was the loss (3.7-6.5 us alone), and cuBLAS
-          splits nothing there: 64-wide tiles, 48-128 blocks, one launch.
+          splits nothing there: 64-wide tiles, 48-128 blocks, one launch. At M <= 16 and a long
+          K they lost (1 x 4096 x 4096: 23.3 us in one kernel against 16.1 + 4.1 split, where
+          64 x 4096 x 4096 took 17.2 in the same 64 blocks): most of each 64-row box of A is
+          zero-filled by the copy engine; boxes of the rows that exist (8-16, with the padding
+          rows of shared memory left as they are) would be the fix.
 Limits:   each of A and B needs one unit stride (row- or column-major; the dispatcher copies
           others). An operand the copy engine cannot read as it is (a leading stride that is not
           a multiple of 8 elements, or a start off 16 bytes: an odd K or N) is first copied into
@@ -272,17 +277,22 @@ cudaError_t allow_shared_memory() {
 // out), 128 columns, split along K by choose_split. Where that split would be more than one slice,
 // 64-column tiles with no split take its place if they alone make kMinNarrowBlocks to one wave of
 // blocks (64 rows, or 128 where 64-row tiles would pass a wave): one launch, no partials, as cuBLAS
-// runs these shapes. Every config holds one block an SM (its stages fill the shared memory).
+// runs these shapes. Not at M < kMinNarrowRows with more k-tiles than the stages hold: there most
+// of each 64-row box of A is zero-filled by the copy engine, and the narrow blocks measured slower
+// than the split (ncu, 1 x 4096 x 4096: 23.3 us against 16.1 + 4.1; see the header). Every config
+// holds one block an SM (its stages fill the shared memory).
 struct Tile {
   int consumers, cols;
 };
 constexpr int kMinNarrowBlocks = 48;  // the fewest blocks that stream B at DRAM speed, measured: see the header
+constexpr int kMinNarrowRows = 32;    // half of a 64-row box of A
 
 Tile choose_tile(int64_t M, int64_t N, int64_t K) {
-  const int64_t sms = rosetta::sm_count();
+  const int64_t sms = rosetta::sm_count(), k_tiles = rosetta::ceil_div(K, int64_t(kBK));
   const int consumers = M <= 64 ? 1 : 2;
   const int64_t wide = rosetta::ceil_div(M, int64_t(64 * consumers)) * rosetta::ceil_div(N, int64_t(kBN));
-  if (choose_split(wide, rosetta::ceil_div(K, int64_t(kBK)), sms) == 1) return {consumers, kBN};
+  if (choose_split(wide, k_tiles, sms) == 1) return {consumers, kBN};
+  if (M < kMinNarrowRows && k_tiles > Config<1, 64>::kStages) return {consumers, kBN};
   for (const int rows : {1, 2}) {
     const int64_t narrow = rosetta::ceil_div(M, int64_t(64 * rows)) * rosetta::ceil_div(N, int64_t(64));
     if (narrow >= kMinNarrowBlocks && narrow <= sms) return {rows, 64};
