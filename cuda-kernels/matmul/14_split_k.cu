@@ -15,9 +15,9 @@ Changed:  step 12's producer / consumer pipeline (full and empty mbarriers, TMA 
           output directly: no workspace, no second kernel. Later: where that split would be more
           than one slice, 64-column tiles (wgmma.m64n64k16; 64 x 64: 14 stages of 16 KB), no split,
           take its place if they alone make 48 to one wave of blocks, 64 rows a tile (128 where
-          64-row tiles would pass a wave), and not at M < 32 with more k-tiles than the stages
-          hold (the zero-filled rows of A's boxes: see Still): 64 and 128 x 4096 x 4096 run as
-          64 and 128 blocks, 1 to 128 x 768 x 3072 as 48-96, one launch each.
+          64-row tiles would pass a wave), and K is at most 4096 (2048 for 128-row tiles): 1 to
+          128 x 4096 x 4096 run as 64 or 128 blocks, 1 to 128 x 768 x 3072 as 48-96, one launch
+          each. At M < 64 A's K-major boxes are M rows, not 64 (see Still).
 Why:      at small M the product is a stream of B: M = 16, K = 4096, N = 14336 bf16 reads 117 MB
           of B for 1.9 Gflop (16 flop/B), ~39 us at 3 TB/s; A (131 KB) and out (459 KB) are
           noise. Step 12 cuts out into 128 x 256 tiles: 56 blocks there, each streaming 2.1 MB
@@ -43,9 +43,10 @@ Still:    since S ~ SMs / tiles, the partials are about SMs x tile area x 4 byte
           at 1-128 x 4096 x 4096, the second kernel was the loss (3.7-6.5 us alone), and cuBLAS
           splits nothing there: 64-wide tiles, 48-128 blocks, one launch. At M <= 16 and a long
           K they lost (1 x 4096 x 4096: 23.3 us in one kernel against 16.1 + 4.1 split, where
-          64 x 4096 x 4096 took 17.2 in the same 64 blocks): most of each 64-row box of A is
-          zero-filled by the copy engine; boxes of the rows that exist (8-16, with the padding
-          rows of shared memory left as they are) would be the fix.
+          64 x 4096 x 4096 took 17.2 in the same 64 blocks): most of each 64-row box of A was
+          zero-filled by the copy engine. So A's boxes now hold only the rows that exist; the
+          tile's other rows of shared memory are never written, and the accumulator rows they
+          feed are never stored (a row of out depends on its row of A alone).
 Limits:   each of A and B needs one unit stride (row- or column-major; the dispatcher copies
           others). An operand the copy engine cannot read as it is (a leading stride that is not
           a multiple of 8 elements, or a start off 16 bytes: an odd K or N) is first copied into
@@ -135,7 +136,7 @@ template <typename T, int kConsumers, int kTileN, bool kMnMajorA, bool kMnMajorB
 __global__ void __launch_bounds__(Config<kConsumers, kTileN>::kThreads, 1)
     matmul_split_k(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                    T* __restrict__ out, float* __restrict__ partials, int64_t slice_stride, int M, int N, int K,
-                   bool pairs) {
+                   bool pairs, uint32_t stage_bytes) {
   using C = Config<kConsumers, kTileN>;
   using TileA = sm90::OperandTile<C::kBM, kMnMajorA>;
   using TileB = sm90::OperandTile<kTileN, kMnMajorB>;
@@ -175,8 +176,9 @@ __global__ void __launch_bounds__(Config<kConsumers, kTileN>::kThreads, 1)
         // (parity (f - 1) % 2; for f = 0 the fresh barrier's parity-1 phase counts as done).
         sm90::mbarrier_wait(&empty[s], (i / C::kStages + 1) % 2);
         // The engine credits whole boxes, out-of-bounds rows and columns included (zero-filled):
-        // a ragged tile, or a 64-row box wholly past M, still lands exactly kStageBytes.
-        sm90::mbarrier_arrive_expect_tx(&full[s], C::kStageBytes);
+        // a ragged tile, or a 64-row box wholly past M, still lands exactly stage_bytes (kStageBytes,
+        // less the rows of A's stage that a box of M < 64 rows leaves unwritten).
+        sm90::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
         TileA::load(&map_a, tile_a(s), &full[s], m0, (k_first + i) * kBK);
         TileB::load(&map_b, tile_b(s), &full[s], n0, (k_first + i) * kBK);
       }
@@ -184,6 +186,8 @@ __global__ void __launch_bounds__(Config<kConsumers, kTileN>::kThreads, 1)
     return;  // the copies in flight complete on the barriers; the consumers keep the block alive
   }
 
+  // At M < 64, rows M.. of A's stages hold whatever shared memory held (A's box is M rows): the
+  // products of those rows land in accumulator rows >= M, which the stores below mask off.
   const int row0 = 64 * wg;
   float d[kTileN / 2] = {};
   for (int i = 0; i < steps; ++i) {
@@ -276,34 +280,37 @@ cudaError_t allow_shared_memory() {
 // zero rows for nothing; above, 128 rows halve the times each B tile is read from L2 per row of
 // out), 128 columns, split along K by choose_split. Where that split would be more than one slice,
 // 64-column tiles with no split take its place if they alone make kMinNarrowBlocks to one wave of
-// blocks (64 rows, or 128 where 64-row tiles would pass a wave): one launch, no partials, as cuBLAS
-// runs these shapes. Not at M < kMinNarrowRows with more k-tiles than the stages hold: there most
-// of each 64-row box of A is zero-filled by the copy engine, and the narrow blocks measured slower
-// than the split (ncu, 1 x 4096 x 4096: 23.3 us against 16.1 + 4.1; see the header). Every config
+// blocks (64 rows, or 128 where 64-row tiles would pass a wave) and K is short enough: one launch,
+// no partials, as cuBLAS runs these shapes. The narrow blocks are fewer than the split's and each
+// streams all of K, so their loss grows with K while the split's (its partials, a second launch) is
+// about fixed: narrow 64-row tiles measured slower from K = 14336 (64 and 128 x 14336 x 4096: 50.4
+// and 51.7 us against 46.9 and 49.5 split), 128-row ones from K = 4096 (256 x 4096 x 4096: 25.2
+// against 24.0; two consumers of m64n64 tiles at M = 256 are near compute-bound). Every config
 // holds one block an SM (its stages fill the shared memory).
 struct Tile {
   int consumers, cols;
 };
-constexpr int kMinNarrowBlocks = 48;  // cuBLAS's smallest grid at these shapes (1 x 768 x 3072, ncu)
-constexpr int kMinNarrowRows = 32;    // half of a 64-row box of A
+constexpr int kMinNarrowBlocks = 48;   // cuBLAS's smallest grid at these shapes (1 x 768 x 3072, ncu)
+constexpr int kMaxNarrowKTiles = 64;   // K <= 4096 for 64-row narrow tiles, half that for 128-row ones
 
 Tile choose_tile(int64_t M, int64_t N, int64_t K) {
   const int64_t sms = rosetta::sm_count(), k_tiles = rosetta::ceil_div(K, int64_t(kBK));
   const int consumers = M <= 64 ? 1 : 2;
   const int64_t wide = rosetta::ceil_div(M, int64_t(64 * consumers)) * rosetta::ceil_div(N, int64_t(kBN));
   if (choose_split(wide, k_tiles, sms) == 1) return {consumers, kBN};
-  if (M < kMinNarrowRows && k_tiles > Config<1, 64>::kStages) return {consumers, kBN};
   for (const int rows : {1, 2}) {
     const int64_t narrow = rosetta::ceil_div(M, int64_t(64 * rows)) * rosetta::ceil_div(N, int64_t(64));
-    if (narrow >= kMinNarrowBlocks && narrow <= sms) return {rows, 64};
+    if (narrow >= kMinNarrowBlocks && narrow <= sms && k_tiles <= kMaxNarrowKTiles / rows) return {rows, 64};
   }
   return {consumers, kBN};
 }
 
 template <typename T, int kConsumers, int kTileN, bool kMnA, bool kMnB>
 cudaError_t launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const rosetta::MatmulArgs& args, int M,
-                   int N, int K, cudaStream_t stream) {
+                   int N, int K, int a_box_rows, cudaStream_t stream) {
   using C = Config<kConsumers, kTileN>;
+  // A K-major box of a_box_rows rows lands that many 128-byte rows; an MN-major one is always whole.
+  const uint32_t stage_bytes = (a.mn_major ? C::kBytesA : a_box_rows * kBK * 2) + C::kBytesB;
   constexpr auto kernel = matmul_split_k<T, kConsumers, kTileN, kMnA, kMnB>;
   if (const cudaError_t status = allow_shared_memory<kernel, C::kSmemBytes>(); status != cudaSuccess) return status;
   static const int per_sm = [&] {  // blocks resident per SM: 1 by design, read rather than assumed
@@ -320,7 +327,7 @@ cudaError_t launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const r
   const bool pairs = N % 2 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
   const dim3 grid{unsigned(tiles), unsigned(split)};
   if (split == 1) {
-    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(a.map, b.map, out, nullptr, 0, M, N, K, pairs);
+    kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(a.map, b.map, out, nullptr, 0, M, N, K, pairs, stage_bytes);
     return cudaSuccess;  // launch errors: the caller's cudaGetLastError
   }
   // Slices 64 floats (256 bytes) apart at least: every slice starts on a sector and 16-byte vectors
@@ -328,7 +335,8 @@ cudaError_t launch(const sm90::TmaOperand& a, const sm90::TmaOperand& b, const r
   const int64_t count = int64_t(M) * N;
   const int64_t slice_stride = rosetta::ceil_div(count, 64) * 64;
   float* const partials = args.workspace.get<float>(split * slice_stride);
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(a.map, b.map, out, partials, slice_stride, M, N, K, pairs);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(a.map, b.map, out, partials, slice_stride, M, N, K, pairs,
+                                                       stage_bytes);
 
   // Programmatic dependent launch: the reduction may be scheduled before the GEMM grid has
   // finished (its blocks wait in griddepcontrol.wait), which hides its launch latency.
@@ -352,17 +360,19 @@ cudaError_t matmul_14_split_k(const rosetta::MatmulArgs& args, cudaStream_t stre
   return sm90::tc_matmul_launch(args, stream, [&](auto tag, int M, int N, int K) {
     using T = decltype(tag);
     const Tile tile = choose_tile(M, N, K);
+    // A's boxes hold the rows that exist: at M < 64 a K-major box of M rows, the rest of the tile's
+    // 64 rows in shared memory never written (see matmul_split_k).
+    const int a_box_rows = std::min(M, 64 * tile.consumers);
     sm90::TmaOperand a, b;
-    if (!rosetta::split_k::tma_operands<T>(a, b, args, 64 * tile.consumers, stream, tile.cols))
-      return cudaErrorInvalidValue;
+    if (!rosetta::split_k::tma_operands<T>(a, b, args, a_box_rows, stream, tile.cols)) return cudaErrorInvalidValue;
     cudaError_t status = cudaSuccess;
     sm90::with_majors(a.mn_major, b.mn_major, [&](auto mn_a, auto mn_b) {
       if (tile.cols == 64)
-        status = tile.consumers == 1 ? launch<T, 1, 64, mn_a, mn_b>(a, b, args, M, N, K, stream)
-                                     : launch<T, 2, 64, mn_a, mn_b>(a, b, args, M, N, K, stream);
+        status = tile.consumers == 1 ? launch<T, 1, 64, mn_a, mn_b>(a, b, args, M, N, K, a_box_rows, stream)
+                                     : launch<T, 2, 64, mn_a, mn_b>(a, b, args, M, N, K, a_box_rows, stream);
       else
-        status = tile.consumers == 1 ? launch<T, 1, kBN, mn_a, mn_b>(a, b, args, M, N, K, stream)
-                                     : launch<T, 2, kBN, mn_a, mn_b>(a, b, args, M, N, K, stream);
+        status = tile.consumers == 1 ? launch<T, 1, kBN, mn_a, mn_b>(a, b, args, M, N, K, a_box_rows, stream)
+                                     : launch<T, 2, kBN, mn_a, mn_b>(a, b, args, M, N, K, a_box_rows, stream);
     });
     return status;
   });
