@@ -20,7 +20,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m rosetta.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--op", choices=OPS, action="append", help="op(s) to run (default: all with steps)")
-    p.add_argument("--backend", choices=(*BACKENDS, "torch"), help="only this backend (torch = the tiers)")
+    p.add_argument("--backend", choices=(*BACKENDS, "torch"), help="only this backend, beside torch eager (the ratios' reference); torch = every tier")
     p.add_argument("--step", type=int, help="only this step number (with --backend)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: first headline shape and dtype, no sweep; writes bench-quick.csv")

@@ -66,10 +66,12 @@ def plan(ops, quick: bool) -> list[Group]:
 
 
 def subjects(op, backend=None, step=None, role="headline", dtype=None, shape=None) -> list:
-    """Tiers, then the steps (all of them at a headline; in a sweep and in another input layout,
-    where the only tier is the library's, torch eager, the step step=None runs for `shape` on
-    this GPU, chosen on stand-in inputs of that shape)."""
-    found = [] if backend not in (None, "torch") else tiers(op)
+    """Tiers (torch eager alone where one backend is asked for), then the steps (all of them at a
+    headline; in a sweep and in another input layout, where the only tier is the library's, torch
+    eager, the step step=None runs for `shape` on this GPU, chosen on stand-in inputs of that shape)."""
+    found = tiers(op)
+    if backend not in (None, "torch"):  # one backend's steps: with torch eager, their ratios' reference in this run
+        found = [t for t in found if t.name == "eager"]
     if role == "layout":
         found = [t for t in found if t.name == "eager"]
     if role == "sweep" and SPECS[op].sweep_tiers is not None:
