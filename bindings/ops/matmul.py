@@ -187,7 +187,8 @@ SPEC = OpSpec(
         (1, 64, 1),  # one dot product of length 64: the whole K loop for one output
         (64, 4096, 8),  # long K, thin N: N smaller than any tile
         (3, 5000, 7),  # long K, tiny M and N
-        (1, 3000, 4096),  # one row: a GEMV, K split over blocks, 16-byte rows of B
+        (1, 3000, 4096),  # one row: a GEMV, K split over blocks, 16-byte rows of B (CUDA step 14:
+                          # narrow 64 x 64 tiles, no split, A's boxes one row tall)
         (7, 777, 1031),  # 7 rows (padded to 8), odd K and N: B's rows element by element
         (8, 4096, 520),  # 8 rows, a ragged last strip of columns, K split
         (5, 0, 6),  # K = 0: the result is zeros
@@ -200,8 +201,8 @@ SPEC = OpSpec(
                             # wave, where 128-row tiles need two): ragged in M, N and K
         (200, 520, 3104),  # CUDA step 14's narrow 128 x 64 tiles without a split (98 blocks, where
                            # 128 x 128 tiles would split K in two): ragged in M, K and N
-        (5, 712, 3104),  # the same with 64 x 64 tiles at M < 32 (49 blocks; K's 12 k-tiles fit the
-                         # stages): ragged in K and N
+        (5, 712, 3104),  # the same with 64 x 64 tiles at M < 64 (49 blocks; A's boxes 5 rows tall,
+                         # the tile's other rows of shared memory never written): ragged in K and N
     ),
     cpu_shapes=(
         (1, 1, 1),  # a single multiply-add
