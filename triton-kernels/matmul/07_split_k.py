@@ -12,9 +12,9 @@ Changed:  the K loop of a tile is cut into SPLIT_K slices that run as programs o
           the tile the tuner hands it (split_count: the fewest K-steps the busiest SM walks,
           the partials' bytes counted), the kernel reads it back as tl.num_programs(1) and
           leaves it in a 4-byte note for the reduction, so tile, split and reduction always agree.
-          The reduction is launched only where the tile the tuner picked splits (its pick, read
-          back after the launch; while traced, wherever a pick could, and it returns at once where
-          the note says 1). Its grid is sized to the output: 1,024 outputs a program where that
+          The reduction is launched only where the launched tile splits (the grid function notes
+          the split of the config it is evaluated for; while traced, wherever a pick could, and
+          it returns at once where the note says 1). Its grid is sized to the output: 1,024 outputs a program where that
           still gives two programs an SM, down to 128 where out is small, with four slices' loads
           in flight before they are added. Under TRITON_INTERPRET=1 (one "SM", nothing to fill)
           every shape with two or more K-steps splits into min(k_steps, 4) slices, so the CPU
@@ -56,7 +56,6 @@ Max:      output_tiles <= 264
 Mirrors:  CUDA step 14 (split-K on WGMMA)
 """
 import functools
-import threading
 
 import torch
 import triton
@@ -73,7 +72,6 @@ REDUCE_LAUNCH_STEPS = 2  # the reduction's launch and kernel boundary (~2-3 us),
 INTERPRET_SPLIT = 4  # slices under the interpreter: enough to exercise the reduction's order
 REDUCE_MOST, REDUCE_LEAST = 1024, 128  # outputs per reduction program: 8 to 1 per thread on 4 warps
 REDUCE_PROGRAMS_PER_SM = 2  # the reduction's grid fills the machine before a program takes more outputs
-_PICK_LOCK = threading.Lock()
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
@@ -283,26 +281,30 @@ def launch(a, b, out, split_k=None):
     most = max(slices(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in configs)
     part = torch.empty((most, M, N) if most > 1 else (1, 1, 1), dtype=torch.float32, device=a.device)
     note = torch.empty(1, dtype=torch.int32, device=a.device)
-    grid = lambda meta: (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),  # noqa: E731
-                         slices(meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]))
-    with _PICK_LOCK:  # the tuner's pick is read back below: no other thread's launch in between
-        wrap_triton(kernel)[grid](
-            a, b, out, part, note, M, N, K,
-            a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), part.stride(0),
-            m_bucket(M), next_power_of_2(N), next_power_of_2(K), int(is_column_major(b)))
-        picked = kernel.best_config if launched_now(a) else None
-    # The reduction runs where the tuner's pick split K. While traced the pick is unknown, so it is
-    # launched wherever a pick could split, and returns at once where this one did not (the note).
-    split = slices(picked.kwargs["BLOCK_M"], picked.kwargs["BLOCK_N"], picked.kwargs["BLOCK_K"]) if picked else most
+    launched = []  # the split of every grid the launch evaluates: the last is the launched config's
+
+    def grid(meta):
+        split = slices(meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"])
+        launched.append(split)
+        return cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]), split
+
+    wrap_triton(kernel)[grid](
+        a, b, out, part, note, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), part.stride(0),
+        m_bucket(M), next_power_of_2(N), next_power_of_2(K), int(is_column_major(b)))
+    # The reduction runs where the launched tile split K. While traced, the grid is evaluated
+    # later (or for every config), so it is launched wherever a pick could split, and returns at
+    # once where this one did not (the note).
+    split = launched[-1] if launched and ran_now(a) else most
     if split > 1:
         block_r, block_c = reduce_tile(M, N, sms)
         wrap_triton(split_k_reduce_kernel)[(cdiv(M, block_r) * cdiv(N, block_c),)](
             part, note, out, M, N, part.stride(0), out.stride(0), BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
 
 
-def launched_now(a) -> bool:
-    """Whether the launch above ran the kernel (its tuner's best_config is this call's pick), not
-    a trace of it (torch.compile, make_fx: the kernel runs later, its pick unknown here)."""
+def ran_now(a) -> bool:
+    """Whether the launch above ran the kernel (its last grid is the launched config's), not a
+    trace of it (torch.compile, make_fx: the kernel runs later, its config unknown here)."""
     return type(a) is torch.Tensor and not torch.compiler.is_compiling() and not _dispatch_modes()
 
 
