@@ -70,9 +70,7 @@ def subjects(op, backend=None, step=None, role="headline", dtype=None, shape=Non
     headline; in a sweep and in another input layout, where the only tier is the library's, torch
     eager, the step step=None runs for `shape` on this GPU, chosen on stand-in inputs of that shape)."""
     found = tiers(op)
-    if backend not in (None, "torch"):  # one backend's steps: with torch eager, their ratios' reference in this run
-        found = [t for t in found if t.name == "eager"]
-    if role == "layout":
+    if role == "layout" or backend not in (None, "torch"):  # eager: the ratios' reference in this run
         found = [t for t in found if t.name == "eager"]
     if role == "sweep" and SPECS[op].sweep_tiers is not None:
         found = [t for t in found if t.name in SPECS[op].sweep_tiers]

@@ -8,16 +8,13 @@ Changed:  step 12's producer / consumer pipeline (full and empty mbarriers, TMA 
           k-tiles [z * k_tiles / S, (z + 1) * k_tiles / S) of tile t. With S > 1 each block
           writes its fp32 partial tile to a workspace slice (S x M x N floats), and a second
           kernel adds the S slices in the order z = 0 .. S - 1 (the same bits on every run) and
-          converts to bf16/fp16, 4 elements a thread; it is launched with programmatic dependent
-          launch (griddepcontrol), so its blocks are placed while the GEMM's finish and wait
-          there for the GEMM's stores. S = round(SMs / tiles), at most SMs / tiles (one wave), at
-          most k_tiles / 4 (a slice is >= 4 k-tiles, 256 of K), at most 16; S = 1 writes the
-          output directly: no workspace, no second kernel. Later: where that split would be more
-          than one slice, 64-column tiles (wgmma.m64n64k16; 64 x 64: 14 stages of 16 KB), no split,
-          take its place if they alone make 48 to one wave of blocks, 64 rows a tile (128 where
-          64-row tiles would pass a wave), and K is at most 4096 (2048 for 128-row tiles): 1 to
-          128 x 4096 x 4096 run as 64 or 128 blocks, 1 to 128 x 768 x 3072 as 48-96, one launch
-          each. At M < 64 A's K-major boxes are M rows, not 64 (see Still).
+          converts to bf16/fp16, 4 elements a thread, launched with programmatic dependent launch
+          (griddepcontrol): placed while the GEMM's blocks finish, waiting for their stores.
+          S = round(SMs / tiles), at most one wave, slices of >= 4 k-tiles, at most 16; S = 1
+          writes out directly. Later: where that would split, 64-column tiles (wgmma.m64n64k16,
+          14 stages of 16 KB) with no split take its place if they make 48 to one wave of blocks
+          (64 rows a tile, 128 past a wave) and K <= 4096 (2048 for 128 rows); at M < 64 A's
+          K-major boxes are M rows, not 64 (see Still).
 Why:      at small M the product is a stream of B: M = 16, K = 4096, N = 14336 bf16 reads 117 MB
           of B for 1.9 Gflop (16 flop/B), ~39 us at 3 TB/s; A (131 KB) and out (459 KB) are
           noise. Step 12 cuts out into 128 x 256 tiles: 56 blocks there, each streaming 2.1 MB

@@ -12,11 +12,9 @@ Changed:  the K loop of a tile is cut into SPLIT_K slices that run as programs o
           the tile the tuner hands it (split_count: the fewest K-steps the busiest SM walks,
           the partials' bytes counted), the kernel reads it back as tl.num_programs(1) and
           leaves it in a 4-byte note for the reduction, so tile, split and reduction always agree.
-          The reduction is launched only where the launched tile splits (the grid function notes
-          the split of the config it is evaluated for; while traced, wherever a pick could, and
-          it returns at once where the note says 1). Its grid is sized to the output: 1,024 outputs a program where that
-          still gives two programs an SM, down to 128 where out is small, with four slices' loads
-          in flight before they are added. Under TRITON_INTERPRET=1 (one "SM", nothing to fill)
+          The reduction is launched only where a grid the launch evaluated splits; its grid is
+          sized to the output (1,024 outputs a program while that gives two programs an SM, down
+          to 128), four slices' loads in flight before they are added. Under TRITON_INTERPRET=1
           every shape with two or more K-steps splits into min(k_steps, 4) slices, so the CPU
           tests run the reduction.
 Why:      M = 16 against a 4096 x 4096 bf16 weight is 2·16·4096·4096 = 0.54 GFLOP over 33.6 MB
@@ -72,7 +70,6 @@ REDUCE_LAUNCH_STEPS = 2  # the reduction's launch and kernel boundary (~2-3 us),
 INTERPRET_SPLIT = 4  # slices under the interpreter: enough to exercise the reduction's order
 REDUCE_MOST, REDUCE_LEAST = 1024, 128  # outputs per reduction program: 8 to 1 per thread on 4 warps
 REDUCE_PROGRAMS_PER_SM = 2  # the reduction's grid fills the machine before a program takes more outputs
-_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 def config(bm, bn, bk, warps, stages):
@@ -281,7 +278,7 @@ def launch(a, b, out, split_k=None):
     most = max(slices(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in configs)
     part = torch.empty((most, M, N) if most > 1 else (1, 1, 1), dtype=torch.float32, device=a.device)
     note = torch.empty(1, dtype=torch.int32, device=a.device)
-    launched = []  # the split of every grid the launch evaluates: the last is the launched config's
+    launched = []  # the split of every grid the launch evaluates (one, on a cached launch)
 
     def grid(meta):
         split = slices(meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"])
@@ -292,20 +289,13 @@ def launch(a, b, out, split_k=None):
         a, b, out, part, note, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), part.stride(0),
         m_bucket(M), next_power_of_2(N), next_power_of_2(K), int(is_column_major(b)))
-    # The reduction runs where the launched tile split K. While traced, the grid is evaluated
-    # later (or for every config), so it is launched wherever a pick could split, and returns at
-    # once where this one did not (the note).
-    split = launched[-1] if launched and ran_now(a) else most
-    if split > 1:
+    # The reduction runs where a grid this launch evaluated split K: the launched config's, plus the
+    # tuner's candidates on a first launch or every config while torch traces (none evaluated yet:
+    # all the configs may). Where the launched tile did not split, it returns at once (the note).
+    if max(launched, default=most) > 1:
         block_r, block_c = reduce_tile(M, N, sms)
         wrap_triton(split_k_reduce_kernel)[(cdiv(M, block_r) * cdiv(N, block_c),)](
             part, note, out, M, N, part.stride(0), out.stride(0), BLOCK_R=block_r, BLOCK_C=block_c, num_warps=4)
-
-
-def ran_now(a) -> bool:
-    """Whether the launch above ran the kernel (its last grid is the launched config's), not a
-    trace of it (torch.compile, make_fx: the kernel runs later, its config unknown here)."""
-    return type(a) is torch.Tensor and not torch.compiler.is_compiling() and not _dispatch_modes()
 
 
 def reduce_tile(M, N, sms):
