@@ -20,7 +20,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m rosetta.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--op", choices=OPS, action="append", help="op(s) to run (default: all with steps)")
-    p.add_argument("--backend", choices=(*BACKENDS, "torch"), help="only this backend, beside torch eager (the ratios' reference); torch = every tier")
+    p.add_argument("--backend", choices=(*BACKENDS, "torch"), help="only this backend, beside torch eager (the ratios' reference); torch = every tier; "
+                        "with --suite, the other backend's rows of the cases are kept")
     p.add_argument("--step", type=int, help="only this step number (with --backend)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: first headline shape and dtype, no sweep; writes bench-quick.csv")
@@ -111,7 +112,8 @@ def gpu_main(args) -> int:
 
         dtypes = [getattr(torch, d) for d in args.dtype] if args.dtype else None
         rows = shape_suite.run(ops, torch.Generator(device="cuda").manual_seed(0), limits,
-                               timing.Flush("read"), env, out_dir, dtypes)
+                               timing.Flush("read"), env, out_dir, dtypes,
+                               args.backend if args.backend in rosetta.BACKENDS else None)
         failed = sorted({r["label"] for r in rows if r["backend"] in rosetta.BACKENDS
                          and (r["status"] == "wrong" or r["status"].startswith("error"))})
         from rosetta import dispatch_table

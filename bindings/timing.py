@@ -55,14 +55,17 @@ class Flush:
 
 
 def capture(fn) -> torch.cuda.CUDAGraph:
-    """One call of fn as a CUDA graph (warmed on a side stream first, as capture requires)."""
-    side = torch.cuda.Stream()
+    """One call of fn as a CUDA graph, warmed first (as capture requires) on a side stream: the
+    one the capture then runs on, so that what a launch keeps per stream (Triton matmul step 9's
+    counters, triton_launch.tickets) is made by the warm-up, not inside the graph."""
+    graph = torch.cuda.CUDAGraph()
+    context = torch.cuda.graph(graph)
+    side = context.capture_stream
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         fn()
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with context:
         fn()
     return graph
 

@@ -25,7 +25,7 @@ import inspect
 import torch
 from torch._library.triton import wrap_triton_enabled
 from torch.library import wrap_triton as torch_wrap_triton
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 MAX_KEYS = 256  # recorded launches a kernel keeps; past this its cache starts again
 _INT32 = (-(2**31), 2**31)
@@ -189,8 +189,9 @@ _VIEWING = {"aten::view", "aten::_unsafe_view", "aten::alias", "aten::as_strided
 
 
 class Recording:
-    """What one launch() call did, in order: ("alloc", bytes), ("zero", base) and
-    ("launch", run, function, packed, grid, args, pointers); `ok` turns False at anything else."""
+    """What one launch() call did, in order: ("alloc", bytes), ("tickets", count) (tickets()'s
+    buffer: the replay asks again, for its own stream), ("zero", base) and ("launch", run, function,
+    packed, grid, args, pointers); `ok` turns False at anything else."""
 
     def __init__(self, tensors):
         self.bases = list(tensors)  # index i: the call's tensors, then each allocation in order
@@ -214,6 +215,10 @@ class Recording:
     def alloc(self, out) -> None:
         self.actions.append(("alloc", out.untyped_storage().nbytes()))
         self.bases.append(out)
+
+    def tickets(self, buffer, count: int) -> None:
+        self.actions.append(("tickets", count))
+        self.bases.append(buffer)
 
     def zero(self, t) -> None:
         found = self.base_of(t)
@@ -273,16 +278,24 @@ class Plan:
 
     def __init__(self, recording: Recording, device: torch.device, tensors: int):
         self.device, self.tensors = device, tensors
-        sizes, launched, zeroed = {}, False, set()
-        for action in recording.actions:
+        sizes, tickets, launched, zeroed = {}, {}, False, set()
+        for action in recording.actions:  # bases past the call's tensors, in order: allocations and tickets
             if action[0] == "alloc":
-                sizes[tensors + len(sizes)] = action[1]
+                sizes[tensors + len(sizes) + len(tickets)] = action[1]
+            elif action[0] == "tickets":
+                tickets[tensors + len(sizes) + len(tickets)] = action[1]
             elif action[0] == "launch":
                 launched = True
             elif not launched and action[1] in sizes:  # a zero before any kernel: the block comes zeroed
                 zeroed.add(action[1])
-        self.where, self.sizes = [], [0, 0]  # per allocation (block, byte offset, bytes); the blocks' bytes
-        for base, size in sizes.items():
+        # per base past the tensors: (block, byte offset, bytes) of an allocation, or (None, count, 0)
+        # for a tickets buffer; the blocks' bytes
+        self.where, self.sizes = [], [0, 0]
+        for base in range(tensors, tensors + len(sizes) + len(tickets)):
+            if base in tickets:
+                self.where.append((None, tickets[base], 0))
+                continue
+            size = sizes[base]
             block = int(base in zeroed)
             self.where.append((block, self.sizes[block], size))
             self.sizes[block] += -(-size // self.ALIGN) * self.ALIGN
@@ -294,9 +307,10 @@ class Plan:
         blocks = (_empty(plain, dtype=_BYTE, device=self.device) if plain else None,
                   _zeros(zeroed, dtype=_BYTE, device=self.device) if zeroed else None)
         # each base's address: the call's tensors, then each allocation in its block
-        address = [t.data_ptr() for t in args[:self.tensors]]
-        address += [blocks[block].data_ptr() + offset if size else 0 for block, offset, size in self.where]
         stream = _C._cuda_getCurrentRawStream(self.device.index)
+        address = [t.data_ptr() for t in args[:self.tensors]]
+        address += [_ticket_buffer(self.device, stream, offset).data_ptr() if block is None
+                    else blocks[block].data_ptr() + offset if size else 0 for block, offset, size in self.where]
         for action in self.actions:
             if action[0] == "launch":
                 _, run, function, packed, grid, kernel_args, pointers = action
@@ -314,6 +328,45 @@ class Plan:
 
 _BYTE = torch.uint8
 _empty, _zeros = torch.empty, torch.zeros
+
+
+# ---- tickets: counters that a kernel leaves at zero ------------------------------------------------
+# A kernel whose programs meet behind a counter (the last of a tile's K-slices to arrive adds the
+# others) needs the counters at zero when it starts. Zeroing them on every call is one more launch
+# (a memset node in a graph), as long as the launch it replaces. So the kernel resets each counter
+# itself once its last program has drawn it, and the buffer is zeroed once, when made. Launches on
+# one stream run one after another, so one buffer per device and stream is never shared by two
+# kernels at once; a CUDA graph keeps the buffer of the stream it was captured on.
+
+TICKETS_LEAST = 4096  # counters a buffer holds at least (16 KB): one per output tile of a small GEMM
+_TICKETS: dict = {}
+
+
+def tickets(like: torch.Tensor, count: int) -> torch.Tensor:
+    """`count` int32 counters at zero on `like`'s device, for a kernel that leaves each one it uses at
+    zero again: the current stream's buffer. While torch traces (a fake or functional tensor, a
+    dispatch mode other than the replay's recorder, torch.compile) a fresh torch.zeros instead,
+    which the traced graph then holds, zeroed on every run."""
+    if type(like) not in (torch.Tensor, torch.nn.Parameter) or torch.compiler.is_compiling() \
+            or (_recording is None and _C._len_torch_dispatch_stack()):
+        return torch.zeros(max(count, 1), dtype=torch.int32, device=like.device)
+    device = like.device
+    stream = _C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
+    if _recording is None:
+        return _ticket_buffer(device, stream, count)
+    with _disable_current_modes():  # made (once) outside the recorded call: not one of its allocations
+        buffer = _ticket_buffer(device, stream, count)
+    _recording.tickets(buffer, count)
+    return buffer
+
+
+def _ticket_buffer(device: torch.device, stream: int, count: int) -> torch.Tensor:
+    buffer = _TICKETS.get((device, stream))
+    if buffer is None or buffer.numel() < count:
+        # a larger buffer replaces a smaller one; kernels queued on this stream before may still use
+        # the old one, whose memory torch's allocator hands out again only after them
+        buffer = _TICKETS[(device, stream)] = torch.zeros(max(count, TICKETS_LEAST), dtype=torch.int32, device=device)
+    return buffer
 
 
 class Replay:

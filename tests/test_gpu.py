@@ -77,6 +77,37 @@ def test_repeated_calls_launch_from_the_cache(gen, v, direction):
             assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out, direction=direction), direction)
 
 
+def test_split_k_fixup_counters_per_stream_and_in_graphs(gen):
+    """Triton matmul step 9's counters (triton_launch.tickets) are one buffer per stream, zeroed once:
+    launches on the default stream, on a side stream and as the replays of a CUDA graph captured on
+    a third must each match, and leave every counter at zero."""
+    from rosetta.triton_launch import _TICKETS
+
+    v = next(v for v in VARIANTS if v.op == "matmul" and v.name == "split_k_fixup")
+    launch = rosetta.torch_ops.raw_launcher(v, "forward")
+    a, b = make_inputs("matmul", (16, 3072, 768), torch.bfloat16, GPU, gen)
+
+    def check(run):
+        out = torch.full((16, 768), float("nan"), dtype=torch.bfloat16, device=GPU)
+        run(out)
+        torch.cuda.synchronize()
+        assert_matches_reference(v, (a, b), out)
+        assert not any(t.any() for t in _TICKETS.values())
+
+    check(lambda out: launch(a, b, out, split_k=4))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        check(lambda out: launch(a, b, out, split_k=4))
+    out = torch.empty((16, 768), dtype=torch.bfloat16, device=GPU)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch(a, b, out, split_k=4)
+    for _ in range(3):
+        a.copy_(make_inputs("matmul", (16, 3072, 768), torch.bfloat16, GPU, gen)[0])
+        check(lambda o: (graph.replay(), o.copy_(out)))
+
+
 @pytest.mark.parametrize("v", [v for v in VARIANTS if v.backend == "triton"], ids=lambda v: v.label)
 def test_replayed_public_calls_match(gen, v):
     """A Triton step's public call is recorded on one of its signature's first calls and replayed

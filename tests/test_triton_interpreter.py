@@ -84,6 +84,25 @@ def test_split_k_reduction_takes_every_slice(interpreter, cpu_gen, slices):
     assert_matches_reference(SPLIT_K, (a, b), out)
 
 
+FIXUP = next(v for v in rosetta.variants("matmul", "triton") if v.name == "split_k_fixup")
+
+
+@pytest.mark.parametrize("slices", [1, 2, 3, 5])
+def test_split_k_fixup_adds_as_the_reduction_does(interpreter, cpu_gen, slices):
+    """Step 9's last slice adds the partials in step 7's order: the same bits, and every counter it
+    drew back at zero for the next launch (nobody else zeroes them)."""
+    from rosetta.triton_launch import _TICKETS
+
+    a, b = make_inputs("matmul", (5, 100, 24), torch.float32, "cpu", cpu_gen)  # 7 K-steps of 16
+    two_kernels, fixed_up = torch.full((5, 24), float("nan")), torch.full((5, 24), float("nan"))
+    rosetta.torch_ops.raw_launcher(SPLIT_K, "forward")(a, b, two_kernels, split_k=slices)
+    for _ in range(2):  # the second launch finds the counters the first one left
+        rosetta.torch_ops.raw_launcher(FIXUP, "forward")(a, b, fixed_up, split_k=slices)
+        assert torch.equal(fixed_up, two_kernels)
+        assert not any(t.any() for t in _TICKETS.values())
+    assert_matches_reference(FIXUP, (a, b), fixed_up)
+
+
 def test_split_k_reduction_grid_fills_the_machine():
     """reduce_tile: 1,024 outputs a program for large outputs, fewer (not under 128) until the
     grid has two programs an SM; rows a program min(8, M) so that M = 1 wastes no lanes."""

@@ -36,12 +36,12 @@ def plan(ops, dtypes=None) -> list[suite.Group]:
             if dtypes is None or dtype in dtypes]
 
 
-def subjects(op: str, dtype) -> list:
+def subjects(op: str, dtype, backends=rosetta.BACKENDS) -> list:
     """torch eager, then every step of each backend that takes dtype, the last (most optimized)
     first, so that the slow-step cut (bench.suite.SUITE_SLOWER) meets the early rungs after a
     fast one. A step with a declared hazard is left out: step=None never runs it."""
     eager = [t for t in tiers(op) if t.name == "eager"]
-    return eager + [v for b in rosetta.BACKENDS for v in reversed(rosetta.variants(op, b))
+    return eager + [v for b in backends for v in reversed(rosetta.variants(op, b))
                     if dtype in v.dtypes and not v.hazard]
 
 
@@ -154,13 +154,13 @@ def eager_in_turns(fns: list) -> list:
     return [c if isinstance(c, Exception) else seconds[i] * 1e3 for i, c in enumerate(counts)]
 
 
-def eager_rows(group: suite.Group, gen, sha: str) -> list[dict]:
+def eager_rows(group: suite.Group, gen, sha: str, backends=rosetta.BACKENDS) -> list[dict]:
     """torch's call and each backend's public call (step=None, the table in force), eager."""
     d = SPECS[group.op].forward
     inputs = d.make_inputs(group.shape, group.dtype, "cuda", gen)
     public = getattr(rosetta, group.op)
     callers = [("torch", 0, lambda: d.torch_expr(*inputs))]
-    for backend in rosetta.BACKENDS:
+    for backend in backends:
         try:
             step = rosetta.best(group.op, backend, group.dtype, inputs).step
         except ValueError:  # no step of this backend takes the dtype
@@ -182,16 +182,19 @@ def eager_rows(group: suite.Group, gen, sha: str) -> list[dict]:
     return rows
 
 
-def run(ops, gen, limits, flush, env: dict, out_dir, dtypes=None) -> list[dict]:
-    """Time the cases of `ops` (of `dtypes`, if given) and rewrite suite.csv with them, keeping the
-    rows of every other case (written after each case: an interrupted run keeps what it measured);
-    then the dispatch table from all of suite.csv, then the eager calls under that table."""
+def run(ops, gen, limits, flush, env: dict, out_dir, dtypes=None, backend=None) -> list[dict]:
+    """Time the cases of `ops` (of `dtypes`, if given; the steps of `backend` only, if given, beside
+    torch) and rewrite suite.csv with them, keeping the rows of every other case and backend
+    (written after each case: an interrupted run keeps what it measured); then the dispatch table
+    from all of suite.csv, then the eager calls under that table."""
+    backends = (backend,) if backend else rosetta.BACKENDS
     groups = plan(ops, dtypes)
-    per_group = {g: [s for s in subjects(g.op, g.dtype) if suite.takes(s, g)] for g in groups}
+    per_group = {g: [s for s in subjects(g.op, g.dtype, backends) if suite.takes(s, g)] for g in groups}
     progress = suite.Progress(sum(len(s) for s in per_group.values()))
     path = out_dir / "suite.csv"
     mine = {(g.op, str(g.dtype).removeprefix("torch."), suite.shape_str(g.shape)) for g in groups}
-    kept = [r for r in results.read_rows(path) if (r["op"], r["dtype"], r["shape"]) not in mine]
+    kept = [r for r in results.read_rows(path)
+            if (r["op"], r["dtype"], r["shape"]) not in mine or r["backend"] not in ("torch", *backends)]
     rows = []
     for group, subs in per_group.items():
         rows += suite.run_group(group, subs, gen, limits, flush, progress, env["git_sha"])
@@ -200,7 +203,7 @@ def run(ops, gen, limits, flush, env: dict, out_dir, dtypes=None) -> list[dict]:
     write_table(out_dir, env)
     print(f"wrote {dispatch_table.TABLE_NAME}; timing the public calls eagerly", flush=True)
     for group in groups:
-        rows += eager_rows(group, gen, env["git_sha"])
+        rows += eager_rows(group, gen, env["git_sha"], backends)
         torch.cuda.empty_cache()
     results.write_rows(path, kept + rows, replace_all=True)
     return rows

@@ -53,103 +53,18 @@ Layout:   any
 Max:      output_tiles <= 264
 Mirrors:  CUDA step 14 (split-K on WGMMA)
 """
-import functools
-
 import torch
 import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.ops.matmul import is_column_major
-from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count, tuned
-from rosetta.triton_kernels.tma import tile_coords
+from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count
+from rosetta.triton_kernels.split_k import (FP32_CONFIGS, HALF_CONFIGS, KEY, candidate_configs, m_bucket,
+                                             slice_product, split_count, tiles_fitting_m)
 
-MIN_SLICE_STEPS = 4  # a slice keeps >= 4 BLOCK_K-steps, so the 3-5 stage pipeline is not all fill
-MAX_SPLIT = 64  # partials an output adds up at most
-REDUCE_LAUNCH_STEPS = 2  # the reduction's launch and kernel boundary (~2-3 us), in K-steps of ~1 us
-INTERPRET_SPLIT = 4  # slices under the interpreter: enough to exercise the reduction's order
 REDUCE_MOST, REDUCE_LEAST = 1024, 128  # outputs per reduction program: 8 to 1 per thread on 4 warps
 REDUCE_PROGRAMS_PER_SM = 2  # the reduction's grid fills the machine before a program takes more outputs
-
-
-def config(bm, bn, bk, warps, stages):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
-                         num_warps=warps, num_stages=stages)
-
-
-# BLOCK_K 16 so the CPU's small shapes have several K-steps to split
-INTERPRET_CONFIG = config(16, 32, 16, 4, 1)
-# 16-bit: memory-bound below M ~ 300 at these N, K; long BLOCK_K (128) and 3-4 stages keep
-# 60-150 KB of loads in flight per program (sm_90 compile: (BM + BN)·BK·2 bytes a buffer, 3-4
-# buffers; the largest, 64 x 128 x 128 and 128 x 256 x 64 at 3 stages, 147 KB of the 227 KB).
-HALF_CONFIGS = tuned([config(*c) for c in [
-    (16, 64, 128, 4, 4),
-    (16, 128, 128, 4, 4),
-    (16, 128, 64, 4, 5),
-    (16, 256, 64, 4, 4),
-    (32, 64, 128, 4, 4),
-    (32, 128, 128, 4, 4),
-    (32, 128, 64, 4, 4),
-    (32, 256, 64, 8, 3),
-    (64, 64, 128, 4, 4),
-    (64, 128, 64, 4, 4),
-    (64, 128, 128, 4, 3),
-    (64, 256, 64, 8, 3),
-    (128, 64, 64, 4, 4),
-    (128, 128, 64, 8, 4),
-    (128, 256, 64, 8, 3),
-]], INTERPRET_CONFIG)
-# fp32 ieee = FFMA from shared memory: register-bound as in step 4 (<= 64 accumulators a thread)
-FP32_CONFIGS = tuned([config(*c) for c in [
-    (16, 64, 32, 4, 4),
-    (16, 128, 32, 4, 4),
-    (32, 64, 32, 4, 4),
-    (32, 128, 32, 4, 4),
-    (64, 64, 32, 4, 4),
-    (64, 64, 32, 8, 3),
-    (64, 128, 32, 8, 3),
-    (128, 64, 32, 8, 3),
-    (128, 128, 32, 8, 3),
-]], INTERPRET_CONFIG)
-
-
-def m_bucket(m):
-    """M's tuning bucket and the tile height for it: 16 (tl.dot's least), 32, 64, 128, then powers of two."""
-    return max(16, next_power_of_2(m))
-
-
-def tiles_fitting_m(configs, named_args, **kwargs):
-    """The tuner's pruning: BLOCK_M = M's bucket for M <= 128 (a taller tile only multiplies
-    padding), BLOCK_M 64 or 128 above. Never empty: a list forced by a test is kept."""
-    m = m_bucket(named_args["M"])
-    fit = [c for c in configs if (c.kwargs["BLOCK_M"] == m if m <= 128 else c.kwargs["BLOCK_M"] >= 64)]
-    return fit or configs
-
-
-@functools.lru_cache(maxsize=4096)  # the launch asks for every config on every call: keep it cheap
-def split_count(M, N, K, block_m, block_n, block_k, itemsize, sms):
-    """SPLIT_K for one tile shape: the S (1..MAX_SPLIT, each slice >= 4 K-steps) that gives the shortest
-    time, counted in K-steps of the busiest SM, one program per SM at a time:
-      cdiv(tiles·S, sms) waves x cdiv(k_steps, S) steps,
-      + for S > 1, per wave, the fp32 partial tile's store (BM·BN·4 bytes, in units of one
-        K-step's (BM + BN)·BK·itemsize bytes of loads),
-      + the reduction's read of S·M·N·4 bytes shared by all SMs, and its launch.
-    Ties go to the smaller S. Many tiles (>= ~1 wave) give S = 1."""
-    k_steps = cdiv(K, block_k)
-    if INTERPRET:  # one "SM": nothing to fill; split anyway so the CPU tests run the reduction
-        return max(1, min(k_steps, INTERPRET_SPLIT))
-    tiles = cdiv(M, block_m) * cdiv(N, block_n)
-    step_bytes = (block_m + block_n) * block_k * itemsize
-    best, best_cost = 1, None
-    for s in range(1, max(1, min(MAX_SPLIT, k_steps // MIN_SLICE_STEPS)) + 1):
-        waves = cdiv(tiles * s, sms)
-        cost = waves * cdiv(k_steps, s)
-        if s > 1:
-            cost += waves * block_m * block_n * 4 / step_bytes + s * M * N * 4 / (sms * step_bytes) \
-                + REDUCE_LAUNCH_STEPS
-        if best_cost is None or cost < best_cost:
-            best, best_cost = s, cost
-    return best
 
 
 @triton.jit
@@ -170,42 +85,17 @@ def matmul_split_k_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    tile = tl.program_id(0)
+    acc, rows, cols = slice_product(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     s = tl.program_id(1)
-    slices = tl.num_programs(1)  # SPLIT_K is the grid's second dimension, chosen per tile shape
-    pid_m, pid_n = tile_coords(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # int64: rows x stride > 2^31
-    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < M
-    col_ok = cols < N
-    # This slice's K-steps: an even share (slices <= k_steps, so none is empty). int64: s x
-    # k_steps and k x stride can pass 2^31 for long K or a transposed operand.
-    k_steps = tl.cdiv(K, BLOCK_K)
-    k_lo = s.to(tl.int64) * k_steps // slices
-    k_hi = (s + 1).to(tl.int64) * k_steps // slices
-    ks = k_lo * BLOCK_K + tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
-    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
-    a_step = tl.full([], BLOCK_K, tl.int64) * stride_ak  # int64 pointer steps (stride_ak may be M)
-    b_step = tl.full([], BLOCK_K, tl.int64) * stride_bk
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # K == 0: one slice, zero iterations, and the zero accumulator is stored to out
-    for k in range(k_lo, k_hi):
-        k_ok = tl.arange(0, BLOCK_K) < K - k * BLOCK_K  # only the last K-step is partial
-        # other=0.0 on both operands: a padded k adds 0 x 0, a padded row/col is never stored
-        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        # "ieee": fp32 operands stay fp32 (FFMA, no TF32); 16-bit operands still use the tensor cores
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-        a_ptrs += a_step
-        b_ptrs += b_step
-    mask = row_ok[:, None] & col_ok[None, :]
+    slices = tl.num_programs(1)
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
     if slices == 1:  # the whole K range: nothing to add up, store as step 4
         tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(out_ptr.dtype.element_ty),
                  mask=mask)
     else:  # a partial sum, kept in fp32 until the reduction has added every slice
         tl.store(part_ptr + s.to(tl.int64) * stride_ps + rows[:, None] * N + cols[None, :], acc, mask=mask)
-    if (tile == 0) & (s == 0):
+    if (tl.program_id(0) == 0) & (s == 0):
         tl.store(note_ptr, slices)
 
 
@@ -247,7 +137,6 @@ def split_k_reduce_kernel(
 
 # one kernel under two tuners (as step 4): fp32 and 16-bit want different tiles; the tuner's key
 # adds the tensor arguments' dtypes, so fp16 and bf16 are tuned apart
-KEY = ["M_KEY", "N_KEY", "K_KEY", "B_COLS"]
 PRUNE = {"early_config_prune": tiles_fitting_m}
 matmul_split_k_fp32 = triton.autotune(configs=FP32_CONFIGS, key=KEY, prune_configs_by=PRUNE)(matmul_split_k_kernel)
 matmul_split_k_half = triton.autotune(configs=HALF_CONFIGS, key=KEY, prune_configs_by=PRUNE)(matmul_split_k_kernel)
@@ -272,10 +161,9 @@ def launch(a, b, out, split_k=None):
         return rule(M, N, K, block_m, block_n, block_k, a.element_size(), sms)
 
     # The tuner's pick is known only inside the launch, so the workspace is sized for the most
-    # slices any config it may pick could take: the pruned list, or a lone config unpruned, as
-    # the tuner does (read now: a test may have narrowed the list).
-    configs = kernel.configs if len(kernel.configs) == 1 else tiles_fitting_m(kernel.configs, {"M": M})
-    most = max(slices(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in configs)
+    # slices any config it may pick could take.
+    most = max(slices(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"])
+               for c in candidate_configs(kernel, M))
     part = torch.empty((most, M, N) if most > 1 else (1, 1, 1), dtype=torch.float32, device=a.device)
     note = torch.empty(1, dtype=torch.int32, device=a.device)
     launched = []  # the split of every grid the launch evaluates (one, on a cached launch)
