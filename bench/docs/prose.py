@@ -142,20 +142,22 @@ class Data:
         return fmt(value) + ("%" if column.endswith("%") else unit)
 
     # -- suite.csv, one case
-    def _suite_time(self, label: str, dtype: str, shape: str) -> float:
+    def _suite_row(self, label: str, dtype: str, shape: str, run: str | None = None) -> dict:
         found = [r for r in self.suite_rows if r["role"] == "suite" and _label_matches(r["label"], label)
-                 and r["dtype"] == dtype and r["shape"] == shape and r["status"] == "ok"]
+                 and r["dtype"] == dtype and r["shape"] == shape and r["status"] == "ok"
+                 and run in (None, r["git_sha"])]
         if not found:
-            raise ValueError(f"no timed suite case for {label} {dtype} {shape}")
-        return found[0]["p50_ms"]
+            raise ValueError(f"no timed suite case for {label} {dtype} {shape}" + (f" in run {run}" if run else ""))
+        return found[0]
 
     def _suite_case(self, words) -> str:
         label, dtype, shape, *field = words
-        ms = self._suite_time(label, dtype, shape)
+        row = self._suite_row(label, dtype, shape)
         if field == ["us"]:
-            return f"{ms * 1e3:,.1f} us"
-        if field == ["x", "torch"]:
-            return f"{self._suite_time(label.split('/')[0] + '/torch/eager', dtype, shape) / ms:.2f}x"
+            return f"{row['p50_ms'] * 1e3:,.1f} us"
+        if field == ["x", "torch"]:  # torch's time from the run that timed the step
+            torch_row = self._suite_row(label.split('/')[0] + '/torch/eager', dtype, shape, row["git_sha"])
+            return f"{torch_row['p50_ms'] / row['p50_ms']:.2f}x"
         raise ValueError(f"unknown case field {' '.join(field)!r}")
 
     # -- suite.csv

@@ -30,38 +30,48 @@ DISPATCH_SLACK = 1.03  # step=None within 3% of the fastest step
 
 
 def cases(rows: list[dict]) -> dict:
-    """(op, dtype, shape) -> {"torch": graph ms, "eager": {backend: (step, ms)}, backend: {step: ms}}."""
+    """(op, dtype, shape) -> {"torch": {run: graph ms}, "torch_call": {run: eager ms},
+    "eager": {backend: (step, ms, run)}, "run": {backend: run}, backend: {step: ms}}. A backend's
+    suite can be re-run alone (`--suite --backend`): each run keeps its own torch rows, and every
+    ratio takes torch's time from the run that timed the step."""
     found: dict = {}
     for r in rows:
         if r["status"] != "ok" or r["role"] not in ("suite", "suite-eager"):
             continue
-        case = found.setdefault((r["op"], r["dtype"], r["shape"]), {"eager": {}})
+        case = found.setdefault((r["op"], r["dtype"], r["shape"]),
+                                {"torch": {}, "torch_call": {}, "eager": {}, "run": {}})
+        run = r["git_sha"]
         if r["role"] == "suite-eager":
-            case["eager"][r["backend"]] = (r["step"], r["p50_ms"])
+            if r["backend"] == "torch":
+                case["torch_call"][run] = r["p50_ms"]
+            else:
+                case["eager"][r["backend"]] = (r["step"], r["p50_ms"], run)
         elif r["backend"] == "torch":
-            case["torch"] = r["p50_ms"]
+            case["torch"][run] = r["p50_ms"]
         elif r["backend"] in rosetta.BACKENDS:
             case.setdefault(r["backend"], {})[r["step"]] = r["p50_ms"]
+            case["run"][r["backend"]] = run
     return found
 
 
 def per_case(rows: list[dict], op: str, backend: str) -> list[dict]:
-    """One record per case of op where torch and the backend both ran: graph and eager ratios
-    (torch / ours: > 1 is faster than torch), the dispatched and the fastest step."""
+    """One record per case of op where torch and the backend both ran in one run: graph and eager
+    ratios (torch / ours: > 1 is faster than torch), the dispatched and the fastest step."""
     out = []
     for (o, dtype, shape), c in sorted(cases(rows).items(), key=lambda kv: (kv[0][1], shape_of(kv[0][2]))):
         steps = c.get(backend)
-        if o != op or not steps or "torch" not in c or backend not in c["eager"]:
+        if o != op or not steps or c["run"][backend] not in c["torch"] or backend not in c["eager"]:
             continue
-        chosen, call_ms = c["eager"][backend]
+        torch_ms = c["torch"][c["run"][backend]]
+        chosen, call_ms, eager_run = c["eager"][backend]
         fastest = min(steps, key=steps.get)
         mine = steps.get(chosen)
-        torch_call = c["eager"].get("torch", (0, math.nan))[1]
+        torch_call = c["torch_call"].get(eager_run, math.nan)
         out.append({"dtype": dtype, "shape": shape, "step": chosen, "fastest": fastest,
-                    "graph": c["torch"] / mine if mine else math.nan,
+                    "graph": torch_ms / mine if mine else math.nan,
                     "dispatch": mine / steps[fastest] if mine else math.inf,
                     "eager": torch_call / call_ms, "torch_call_ms": torch_call, "call_ms": call_ms,
-                    "torch_ms": c["torch"], "ms": mine})
+                    "torch_ms": torch_ms, "ms": mine})
     return out
 
 

@@ -193,8 +193,14 @@ def run(ops, gen, limits, flush, env: dict, out_dir, dtypes=None, backend=None) 
     progress = suite.Progress(sum(len(s) for s in per_group.values()))
     path = out_dir / "suite.csv"
     mine = {(g.op, str(g.dtype).removeprefix("torch."), suite.shape_str(g.shape)) for g in groups}
-    kept = [r for r in results.read_rows(path)
-            if (r["op"], r["dtype"], r["shape"]) not in mine or r["backend"] not in ("torch", *backends)]
+    # a case's rows of the other backend stay, and so do the torch rows of their run: the reference
+    # its ratios are taken against (suite_report.cases)
+    old = results.read_rows(path)
+    other_runs = {(r["op"], r["dtype"], r["shape"], r["role"], r["git_sha"]) for r in old
+                  if r["backend"] in rosetta.BACKENDS and r["backend"] not in backends}
+    kept = [r for r in old if (r["op"], r["dtype"], r["shape"]) not in mine
+            or r["backend"] not in ("torch", *backends)
+            or (r["backend"] == "torch" and (r["op"], r["dtype"], r["shape"], r["role"], r["git_sha"]) in other_runs)]
     rows = []
     for group, subs in per_group.items():
         rows += suite.run_group(group, subs, gen, limits, flush, progress, env["git_sha"])
