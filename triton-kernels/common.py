@@ -10,8 +10,6 @@ import triton
 import triton.language as tl
 import triton.testing
 
-from rosetta.triton_launch import tickets  # noqa: F401 -- counters a kernel leaves at zero, for the steps
-
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 

@@ -6,7 +6,7 @@ Changed:  step 7's tiles, tuner and split rule (split_k.py), one kernel instead 
           that draws the last ticket reads the S partials back from L2 and adds them in the order
           0, 1, 2, ... (a slice at a time), converts and stores the tile: whichever slice comes last,
           the same adds in the same order, the same bits as step 7. That program then resets the
-          counter to zero. The counters (tickets() in common) are one buffer per device and stream,
+          counter to zero. The counters (triton_launch.tickets) are one buffer per device and stream,
           zeroed once when made: launches on a stream run one after another, so each finds them
           zero, and no call zeroes them (a memset would be a launch of its own). While torch
           traces, a fresh zeroed buffer stands in, which the traced graph zeroes on every run.
@@ -36,7 +36,8 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.ops.matmul import is_column_major
-from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count, tickets
+from rosetta.triton_launch import tickets  # counters the kernel leaves at zero: one buffer per stream
+from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count
 from rosetta.triton_kernels.split_k import (FP32_CONFIGS, HALF_CONFIGS, KEY, candidate_configs, m_bucket,
                                              slice_product, split_count, tiles_fitting_m)
 
