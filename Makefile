@@ -56,7 +56,8 @@ bench-changed:
 	$(BENCH) --changed
 
 # The shapes users bring: every step on each, the dispatch table step=None reads (dispatch.json),
-# suite.md and heatmaps. In parts of a few minutes each: `make bench-suite SUITE_OPS="--op matmul --dtype bfloat16"`.
+# suite.md and heatmaps. In parts of a few minutes each: `make bench-suite SUITE_OPS="--op matmul --dtype bfloat16"`
+# (add `--backend triton` to re-run one backend: the other keeps its rows and their torch reference).
 bench-suite:
 	$(BENCH) --suite $(SUITE_OPS)
 

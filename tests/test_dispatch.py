@@ -167,6 +167,29 @@ def test_suite_summary_and_heatmap(tmp_path):
     assert "## softmax" in path.read_text() and (tmp_path / "plots" / "suite_softmax.png").stat().st_size > 0
 
 
+def test_each_ratio_takes_torch_from_its_own_run():
+    """A backend's suite re-run alone (`--suite --backend triton`) leaves the other backend's rows
+    of an earlier run: each ratio divides by the torch rows of the run that timed the step, and a
+    re-run keeps the torch rows the other backend's ratios need (shape_suite.kept_rows)."""
+    rows = []
+
+    def row(backend, step, ms, run, role="suite"):
+        rows.append({"op": "softmax", "dtype": "float32", "shape": "64x1000", "backend": backend, "step": step,
+                     "p50_ms": ms, "role": role, "status": "ok", "git_sha": run})
+    row("torch", 0, 0.010, "old"), row("cuda", 5, 0.010, "old")
+    row("torch", 0, 0.020, "old", "suite-eager"), row("cuda", 5, 0.010, "old", "suite-eager")
+    row("torch", 0, 0.020, "new"), row("triton", 2, 0.010, "new")
+    row("torch", 0, 0.030, "new", "suite-eager"), row("triton", 2, 0.010, "new", "suite-eager")
+    (cuda,), (triton,) = (suite_report.per_case(rows, "softmax", b) for b in ("cuda", "triton"))
+    assert (cuda["graph"], cuda["eager"]) == (pytest.approx(1.0), pytest.approx(2.0))
+    assert (triton["graph"], triton["eager"]) == (pytest.approx(2.0), pytest.approx(3.0))
+    case = {("softmax", "float32", "64x1000")}
+    kept = shape_suite.kept_rows(rows, case, ("triton",))
+    assert {(r["backend"], r["git_sha"]) for r in kept} == {("torch", "old"), ("cuda", "old")}
+    assert shape_suite.kept_rows(rows, case, ("cuda", "triton")) == []
+    assert shape_suite.kept_rows(rows, {("softmax", "float32", "8x8")}, ("triton",)) == rows
+
+
 def test_every_op_has_a_suite_with_odd_shapes():
     from rosetta.ops import SPECS
     for op, spec in SPECS.items():

@@ -40,7 +40,7 @@ def cases(rows: list[dict]) -> dict:
             continue
         case = found.setdefault((r["op"], r["dtype"], r["shape"]),
                                 {"torch": {}, "torch_call": {}, "eager": {}, "run": {}})
-        run = r["git_sha"]
+        run = r.get("git_sha")
         if r["role"] == "suite-eager":
             if r["backend"] == "torch":
                 case["torch_call"][run] = r["p50_ms"]

@@ -182,6 +182,19 @@ def eager_rows(group: suite.Group, gen, sha: str, backends=rosetta.BACKENDS) -> 
     return rows
 
 
+def kept_rows(old: list[dict], cases: set, backends) -> list[dict]:
+    """The rows of suite.csv a run of `cases` (op, dtype, shape) on `backends` keeps: every other
+    case's, and of these cases the other backend's rows with the torch rows of their run, the
+    reference their ratios are taken against (suite_report.cases)."""
+    def case(r):
+        return r["op"], r["dtype"], r["shape"]
+
+    other_runs = {(*case(r), r["role"], r["git_sha"]) for r in old
+                  if r["backend"] in rosetta.BACKENDS and r["backend"] not in backends}
+    return [r for r in old if case(r) not in cases or r["backend"] not in ("torch", *backends)
+            or (r["backend"] == "torch" and (*case(r), r["role"], r["git_sha"]) in other_runs)]
+
+
 def run(ops, gen, limits, flush, env: dict, out_dir, dtypes=None, backend=None) -> list[dict]:
     """Time the cases of `ops` (of `dtypes`, if given; the steps of `backend` only, if given, beside
     torch) and rewrite suite.csv with them, keeping the rows of every other case and backend
@@ -193,14 +206,7 @@ def run(ops, gen, limits, flush, env: dict, out_dir, dtypes=None, backend=None) 
     progress = suite.Progress(sum(len(s) for s in per_group.values()))
     path = out_dir / "suite.csv"
     mine = {(g.op, str(g.dtype).removeprefix("torch."), suite.shape_str(g.shape)) for g in groups}
-    # a case's rows of the other backend stay, and so do the torch rows of their run: the reference
-    # its ratios are taken against (suite_report.cases)
-    old = results.read_rows(path)
-    other_runs = {(r["op"], r["dtype"], r["shape"], r["role"], r["git_sha"]) for r in old
-                  if r["backend"] in rosetta.BACKENDS and r["backend"] not in backends}
-    kept = [r for r in old if (r["op"], r["dtype"], r["shape"]) not in mine
-            or r["backend"] not in ("torch", *backends)
-            or (r["backend"] == "torch" and (r["op"], r["dtype"], r["shape"], r["role"], r["git_sha"]) in other_runs)]
+    kept = kept_rows(results.read_rows(path), mine, backends)
     rows = []
     for group, subs in per_group.items():
         rows += suite.run_group(group, subs, gen, limits, flush, progress, env["git_sha"])

@@ -36,8 +36,8 @@ Why:      M = 16 against a 4096 x 4096 bf16 weight is 2·16·4096·4096 = 0.54 G
           the chain to 8 round trips. fp32 there (512 K-steps of 32) now takes up to 64 slices,
           not 32: half the walk per GEMM program.
 Still:    the reduction is a second launch, ~2-3 us with its kernel boundary: a fifth of an
-          11 us call (an in-kernel fix-up, the last slice to finish adding the others, would
-          save it), and the tuner times the GEMM kernel without it; the rule counts one program
+          11 us call (step 9's in-kernel fix-up, the last slice to finish adding the others,
+          saves it), and the tuner times the GEMM kernel without it; the rule counts one program
           per SM at a time (co-resident programs share the SM, roughly); loads are masked
           pointer loads by cp.async, not TMA, and a 16-bit K that is not a multiple of 16 breaks
           their 16-byte vectors and the pipeline (as in steps 2-4); below M = 16 the 16-row
