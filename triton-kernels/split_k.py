@@ -102,6 +102,19 @@ def split_count(M, N, K, block_m, block_n, block_k, itemsize, sms):
     return best
 
 
+def slice_rule(M, N, K, itemsize, sms, split_k=None):
+    """(block_m, block_n, block_k) -> the slices of a launch with that tile: `split_k` where given
+    (at most one a K-step: an ablation, or a way to force the adds), else split_count."""
+    # cached per shape; torch.compile's dynamic shapes (SymInts) do not hash: those compute it
+    rule = split_count if isinstance(M * N * K, int) else split_count.__wrapped__
+
+    def slices(block_m, block_n, block_k):
+        if split_k is not None:
+            return max(1, min(split_k, cdiv(K, block_k)))
+        return rule(M, N, K, block_m, block_n, block_k, itemsize, sms)
+    return slices
+
+
 @triton.jit
 def slice_product(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):

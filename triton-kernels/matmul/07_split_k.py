@@ -61,7 +61,7 @@ from torch.library import wrap_triton
 from rosetta.ops.matmul import is_column_major
 from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count
 from rosetta.triton_kernels.split_k import (FP32_CONFIGS, HALF_CONFIGS, KEY, candidate_configs, m_bucket,
-                                             slice_product, split_count, tiles_fitting_m)
+                                             slice_product, slice_rule, tiles_fitting_m)
 
 REDUCE_MOST, REDUCE_LEAST = 1024, 128  # outputs per reduction program: 8 to 1 per thread on 4 warps
 REDUCE_PROGRAMS_PER_SM = 2  # the reduction's grid fills the machine before a program takes more outputs
@@ -151,14 +151,7 @@ def launch(a, b, out, split_k=None):
         return
     kernel = matmul_split_k_fp32 if a.dtype == torch.float32 else matmul_split_k_half
     sms = sm_count(a.device)
-
-    # cached per shape; torch.compile's dynamic shapes (SymInts) do not hash: those compute it
-    rule = split_count if isinstance(M * N * K, int) else split_count.__wrapped__
-
-    def slices(block_m, block_n, block_k):
-        if split_k is not None:
-            return max(1, min(split_k, cdiv(K, block_k)))
-        return rule(M, N, K, block_m, block_n, block_k, a.element_size(), sms)
+    slices = slice_rule(M, N, K, a.element_size(), sms, split_k)
 
     # The tuner's pick is known only inside the launch, so the workspace is sized for the most
     # slices any config it may pick could take.

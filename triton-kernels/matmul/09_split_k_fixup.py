@@ -39,7 +39,7 @@ from rosetta.ops.matmul import is_column_major
 from rosetta.triton_launch import tickets  # counters the kernel leaves at zero: one buffer per stream
 from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count
 from rosetta.triton_kernels.split_k import (FP32_CONFIGS, HALF_CONFIGS, KEY, candidate_configs, m_bucket,
-                                             slice_product, split_count, tiles_fitting_m)
+                                             slice_product, slice_rule, tiles_fitting_m)
 
 
 @triton.jit
@@ -102,12 +102,7 @@ def launch(a, b, out, split_k=None):
         return
     kernel = matmul_fixup_fp32 if a.dtype == torch.float32 else matmul_fixup_half
     sms = sm_count(a.device)
-    rule = split_count if isinstance(M * N * K, int) else split_count.__wrapped__  # as step 7
-
-    def slices(block_m, block_n, block_k):
-        if split_k is not None:
-            return max(1, min(split_k, cdiv(K, block_k)))
-        return rule(M, N, K, block_m, block_n, block_k, a.element_size(), sms)
+    slices = slice_rule(M, N, K, a.element_size(), sms, split_k)
 
     # The tuner's pick is known only inside the launch: the partials are sized for the most slices,
     # the counters for the most tiles, that any config it may pick could take.
