@@ -336,8 +336,11 @@ _empty, _zeros = torch.empty, torch.zeros
 # (a memset node in a graph), as long as the launch it replaces. So the kernel resets each counter
 # itself once its last program has drawn it, and the buffer is zeroed once, when made. Launches on
 # one stream run one after another, so one buffer per device and stream is never shared by two
-# kernels at once; a CUDA graph keeps the buffer of the stream it was captured on.
+# kernels at once. A CUDA graph keeps the buffer of the stream it was captured on: graphs captured
+# on one stream must not be replayed at the same time on two streams (each would reset the other's
+# counters).
 
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 TICKETS_LEAST = 4096  # counters a buffer holds at least (16 KB): one per output tile of a small GEMM
 _TICKETS: dict = {}
 
@@ -348,7 +351,7 @@ def tickets(like: torch.Tensor, count: int) -> torch.Tensor:
     dispatch mode other than the replay's recorder, torch.compile) a fresh torch.zeros instead,
     which the traced graph then holds, zeroed on every run."""
     if type(like) not in (torch.Tensor, torch.nn.Parameter) or torch.compiler.is_compiling() \
-            or (_recording is None and _C._len_torch_dispatch_stack()):
+            or (_recording is None and _dispatch_modes()):
         return torch.zeros(max(count, 1), dtype=torch.int32, device=like.device)
     device = like.device
     stream = _C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0

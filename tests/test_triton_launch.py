@@ -190,3 +190,37 @@ def test_plan_of_empty_workspaces_allocates_nothing(monkeypatch):
     x = torch.ones(4)
     plan((x,))
     assert launched == [(x.data_ptr(), 0)]
+
+
+def test_tickets_one_zeroed_buffer_per_stream_asked_again_on_replay(monkeypatch):
+    """triton_launch.tickets: made zeroed once per device and stream and kept (the kernel leaves it
+    zero), grown when more are asked for; a recorded launch does not own it, and its replay asks
+    for the buffer of the stream it replays on. While torch traces, a fresh zeroed tensor."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from rosetta import triton_launch
+
+    monkeypatch.setattr(triton_launch, "_C", FakeCuda)
+    monkeypatch.setattr(triton_launch, "_TICKETS", {})
+    x = torch.ones(4)
+    first = triton_launch.tickets(x, 10)
+    assert first.dtype == torch.int32 and first.numel() >= 10 and not first.any()
+    assert triton_launch.tickets(x, 10) is first
+    assert triton_launch.tickets(x, 2 * triton_launch.TICKETS_LEAST).numel() == 2 * triton_launch.TICKETS_LEAST
+    with FakeTensorMode():
+        traced = triton_launch.tickets(torch.empty(4), 10)
+    assert traced is not triton_launch._TICKETS[(x.device, 0)] and traced.numel() == 10
+
+    launched = []
+
+    def run(gx, gy, gz, stream, function, packed, metadata, enter, exit_, *args):
+        launched.append(args)
+
+    def launch(x):
+        triton_launch._recording.launch(run, "fn", "meta", (1,), [x, triton_launch.tickets(x, 10)])
+
+    plan = recorded(launch, (x,), 1)
+    assert plan.where == [(None, 10, 0)] and plan.sizes == [0, 0]  # no block: not the call's memory
+    launched.clear()
+    plan((x,))
+    assert launched == [(x.data_ptr(), triton_launch._TICKETS[(x.device, 7)].data_ptr())]  # stream 7's own
