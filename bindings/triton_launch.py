@@ -340,18 +340,16 @@ _empty, _zeros = torch.empty, torch.zeros
 # on one stream must not be replayed at the same time on two streams (each would reset the other's
 # counters).
 
-_dispatch_modes = torch._C._len_torch_dispatch_stack
 TICKETS_LEAST = 4096  # counters a buffer holds at least (16 KB): one per output tile of a small GEMM
 _TICKETS: dict = {}
 
 
 def tickets(like: torch.Tensor, count: int) -> torch.Tensor:
     """`count` int32 counters at zero on `like`'s device, for a kernel that leaves each one it uses at
-    zero again: the current stream's buffer. While torch traces (a fake or functional tensor, a
-    dispatch mode other than the replay's recorder, torch.compile) a fresh torch.zeros instead,
-    which the traced graph then holds, zeroed on every run."""
-    if type(like) not in (torch.Tensor, torch.nn.Parameter) or torch.compiler.is_compiling() \
-            or (_recording is None and _dispatch_modes()):
+    zero again: in a plain launch (wrap_triton's switch off, as for the Launcher) the current
+    stream's buffer; while torch traces or runs the registered op, a fresh torch.zeros, which a
+    traced graph then holds, zeroed on every run."""
+    if getattr(wrap_triton_enabled, "value", True):
         return torch.zeros(max(count, 1), dtype=torch.int32, device=like.device)
     device = like.device
     stream = _C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0

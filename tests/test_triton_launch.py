@@ -195,21 +195,25 @@ def test_plan_of_empty_workspaces_allocates_nothing(monkeypatch):
 def test_tickets_one_zeroed_buffer_per_stream_asked_again_on_replay(monkeypatch):
     """triton_launch.tickets: made zeroed once per device and stream and kept (the kernel leaves it
     zero), grown when more are asked for; a recorded launch does not own it, and its replay asks
-    for the buffer of the stream it replays on. While torch traces, a fresh zeroed tensor."""
+    for the buffer of the stream it replays on. While torch traces (wrap_triton's switch on), a
+    fresh zeroed tensor."""
+    from torch._library.triton import wrap_triton_enabled
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from rosetta import triton_launch
 
     monkeypatch.setattr(triton_launch, "_C", FakeCuda)
     monkeypatch.setattr(triton_launch, "_TICKETS", {})
+    monkeypatch.setattr(wrap_triton_enabled, "value", True, raising=False)
+    with FakeTensorMode():
+        traced = triton_launch.tickets(torch.empty(4), 10)
+    assert traced.numel() == 10 and not triton_launch._TICKETS
+    monkeypatch.setattr(wrap_triton_enabled, "value", False)  # a plain launch, as torch_ops.raw_launcher makes it
     x = torch.ones(4)
     first = triton_launch.tickets(x, 10)
     assert first.dtype == torch.int32 and first.numel() >= 10 and not first.any()
     assert triton_launch.tickets(x, 10) is first
     assert triton_launch.tickets(x, 2 * triton_launch.TICKETS_LEAST).numel() == 2 * triton_launch.TICKETS_LEAST
-    with FakeTensorMode():
-        traced = triton_launch.tickets(torch.empty(4), 10)
-    assert traced is not triton_launch._TICKETS[(x.device, 0)] and traced.numel() == 10
 
     launched = []
 

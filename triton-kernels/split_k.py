@@ -3,6 +3,7 @@ last slice of a tile adds them in the kernel): the tiles the tuner may pick, the
 K for a tile, and the product of one slice of K."""
 import functools
 
+import torch
 import triton
 import triton.language as tl
 
@@ -74,6 +75,16 @@ def candidate_configs(kernel, M):
     """The configs the tuner may launch for M: the pruned list, or a lone config unpruned, as the
     tuner does (read at the call: a test may have narrowed the list)."""
     return kernel.configs if len(kernel.configs) == 1 else tiles_fitting_m(kernel.configs, {"M": M})
+
+
+def partials(kernel, a, N, slices):
+    """The fp32 workspace for the slices' partial products, (most, M, N): the tuner's pick is known
+    only inside the launch, so it is sized for the most slices any config it may pick could take
+    ((1, 1, 1) where none splits)."""
+    M = a.shape[0]
+    most = max(slices(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"])
+               for c in candidate_configs(kernel, M))
+    return torch.empty((most, M, N) if most > 1 else (1, 1, 1), dtype=torch.float32, device=a.device)
 
 
 @functools.lru_cache(maxsize=4096)  # the launch asks for every config on every call: keep it cheap

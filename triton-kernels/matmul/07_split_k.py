@@ -60,8 +60,8 @@ from torch.library import wrap_triton
 
 from rosetta.ops.matmul import is_column_major
 from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count
-from rosetta.triton_kernels.split_k import (FP32_CONFIGS, HALF_CONFIGS, KEY, candidate_configs, m_bucket,
-                                             slice_product, slice_rule, tiles_fitting_m)
+from rosetta.triton_kernels.split_k import (FP32_CONFIGS, HALF_CONFIGS, KEY, m_bucket, partials, slice_product,
+                                             slice_rule, tiles_fitting_m)
 
 REDUCE_MOST, REDUCE_LEAST = 1024, 128  # outputs per reduction program: 8 to 1 per thread on 4 warps
 REDUCE_PROGRAMS_PER_SM = 2  # the reduction's grid fills the machine before a program takes more outputs
@@ -153,11 +153,8 @@ def launch(a, b, out, split_k=None):
     sms = sm_count(a.device)
     slices = slice_rule(M, N, K, a.element_size(), sms, split_k)
 
-    # The tuner's pick is known only inside the launch, so the workspace is sized for the most
-    # slices any config it may pick could take.
-    most = max(slices(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"])
-               for c in candidate_configs(kernel, M))
-    part = torch.empty((most, M, N) if most > 1 else (1, 1, 1), dtype=torch.float32, device=a.device)
+    part = partials(kernel, a, N, slices)
+    most = part.shape[0]  # the most slices any config the tuner may pick could take
     note = torch.empty(1, dtype=torch.int32, device=a.device)
     launched = []  # the split of every grid the launch evaluates (one, on a cached launch)
 

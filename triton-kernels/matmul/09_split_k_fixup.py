@@ -38,7 +38,7 @@ from torch.library import wrap_triton
 from rosetta.ops.matmul import is_column_major
 from rosetta.triton_launch import tickets  # counters the kernel leaves at zero: one buffer per stream
 from rosetta.triton_kernels.common import cdiv, next_power_of_2, sm_count
-from rosetta.triton_kernels.split_k import (FP32_CONFIGS, HALF_CONFIGS, KEY, candidate_configs, m_bucket,
+from rosetta.triton_kernels.split_k import (FP32_CONFIGS, HALF_CONFIGS, KEY, candidate_configs, m_bucket, partials,
                                              slice_product, slice_rule, tiles_fitting_m)
 
 
@@ -104,12 +104,9 @@ def launch(a, b, out, split_k=None):
     sms = sm_count(a.device)
     slices = slice_rule(M, N, K, a.element_size(), sms, split_k)
 
-    # The tuner's pick is known only inside the launch: the partials are sized for the most slices,
-    # the counters for the most tiles, that any config it may pick could take.
-    configs = candidate_configs(kernel, M)
-    most = max(slices(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) for c in configs)
-    tiles = max(cdiv(M, c.kwargs["BLOCK_M"]) * cdiv(N, c.kwargs["BLOCK_N"]) for c in configs)
-    part = torch.empty((most, M, N) if most > 1 else (1, 1, 1), dtype=torch.float32, device=a.device)
+    part = partials(kernel, a, N, slices)  # as step 7's
+    # the counters: one a tile of the smallest tile any config the tuner may pick could launch
+    tiles = max(cdiv(M, c.kwargs["BLOCK_M"]) * cdiv(N, c.kwargs["BLOCK_N"]) for c in candidate_configs(kernel, M))
     counters = tickets(a, tiles)
 
     def grid(meta):
