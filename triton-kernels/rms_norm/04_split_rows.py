@@ -49,8 +49,9 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import next_power_of_2
-from rosetta.triton_kernels.norm_common import empty_partials, share, split_kernel, split_plan, split_workspace, \
-    sum_counted_partials
+from rosetta.triton_kernels.norm_common import GRID_SUM, empty_partials, grid_sum_partials, grid_sum_tile, share, \
+    split_kernel, split_plan, split_workspace, sum_counted_partials
+from rosetta.triton_launch import tickets  # counters the kernel leaves at zero: one buffer per stream
 
 
 @triton.jit
@@ -105,6 +106,8 @@ def rms_norm_backward_kernel(
     partial_ptr,  # fp32 (1, groups, cols): row g is group g's sum of dy*x*rstd
     part_ptr,  # int64 [2, rows, slices], zeroed: posted words (norm_common.share), each slice's partial dot
     count_ptr,  # int32 (1,): partial rows written (program 0 stores groups), for step 3's sum
+    dweight_ptr,  # (cols,): the partials' sum, stored by the grid (GRID_SUM)
+    sync_ptr,  # int32 (2,) at zero, left at zero: the grid's meeting (GRID_SUM)
     rows,
     cols,
     x_row_stride,
@@ -112,6 +115,9 @@ def rms_norm_backward_kernel(
     slices,
     SLICE: tl.constexpr,
     SLICES_P2: tl.constexpr,
+    GRID_SUM: tl.constexpr,  # the partials summed here (a GPU); else by sum_counted_partials
+    BLOCK_G: tl.constexpr,  # grid_sum_tile: partial rows and columns a strip of the sum
+    BLOCK_C: tl.constexpr,
 ):
     pid = tl.program_id(0)
     s = pid % slices
@@ -149,6 +155,8 @@ def rms_norm_backward_kernel(
         dy = dy_next
         rstd = rstd_next
     tl.store(partial_ptr + group.to(tl.int64) * cols + c, acc, mask=c_mask)
+    if GRID_SUM:
+        grid_sum_partials(partial_ptr, sync_ptr, groups, cols, dweight_ptr, None, 1, BLOCK_G, BLOCK_C)
 
 
 def launch(x, weight, y, rstd, eps):
@@ -173,7 +181,9 @@ def launch_backward(x, weight, rstd, dy, dx, dweight):
     part = split_workspace(rows, slices, x.device)
     count = torch.empty(1, dtype=torch.int32, device=x.device)
     partial = empty_partials(1, groups, cols, x.device)
+    block_g, block_c = grid_sum_tile(groups, cols)
     wrap_triton(split_kernel(rms_norm_backward_kernel, warps, per_sm))[(groups * slices,)](
-        x, weight, rstd, dy, dx, partial, part, count, rows, cols, x.stride(0), dy.stride(0), slices, SLICE=width,
-        SLICES_P2=next_power_of_2(slices))
-    sum_counted_partials(partial, count, dweight)
+        x, weight, rstd, dy, dx, partial, part, count, dweight, tickets(x, 2), rows, cols, x.stride(0), dy.stride(0),
+        slices, SLICE=width, SLICES_P2=next_power_of_2(slices), GRID_SUM=GRID_SUM, BLOCK_G=block_g, BLOCK_C=block_c)
+    if not GRID_SUM:
+        sum_counted_partials(partial, count, dweight)
