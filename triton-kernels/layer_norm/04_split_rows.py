@@ -9,8 +9,9 @@ Changed:  rms_norm step 4's split: a long row cut into slices, program s of a gr
           exactly (Chan: M2 = sum of M2_s + n_s (mean_s - mean)^2), so the variance never forms
           E[x^2] - E[x]^2. Backward: the slices' sums of g = dy*w and of g*xhat; dweight's and
           dbias's sums for the program's columns stay in registers across the launch, one
-          partial row each a group, summed in a fixed order by step 3's one launch of both sums
-          (program 0 writes the count). The weight's
+          partial row each a group. The grid then meets once (all its programs are resident) and
+          sums the partial rows itself, a strip of 32 columns of one sum a program, in a fixed
+          order (norm_grid_sum.py): no second launch. The weight's
           slice is reloaded each row (from L1): held, it was 16 registers a thread too many.
 Why:      step 3 streams a long row in chunks, reading each chunk again from L2 and
           read-modify-writing two fp32 partial rows there for every row: 699 GB/s backward at
@@ -28,11 +29,18 @@ Still:    a program waits for its slowest peer on every row, an L2 round trip wh
           the exchange. The posted words take a memset a call where a row is split; a whole row
           (one slice) posts nothing and skips it. That and one sum launch in place of two (one a
           sum, 264 partial rows at 4096^2): bf16 4096^2 backward 2,286 -> 2,439 GB/s, forward
-          2,473 -> 2,617 (runs 8d5086c82d25, 3113cf739b37).
+          2,473 -> 2,617 (runs 8d5086c82d25, 3113cf739b37). The grid's own sum in place of that
+          launch: backward 4096^2 2,452 -> 2,477 GB/s, 4,096 x 32,768 2,251 -> 2,272, but
+          16,384 x 8,192 2,911 -> 2,880 and fp32 4096^2 2,801 -> 2,781 (runs aeb7dde80dae,
+          1b5644dd6c75): the meeting costs about what the launch did. What 4096^2 lacks is
+          elsewhere: rows a program (15 or 16: the grid waits for the 16s) and the partial rows'
+          bytes (8.65 MB written and read, 8.6% of the 100.7 MB of x, dy and dx). Under the
+          interpreter the host launches step 3's sum.
 Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536. Every
           program of the grid must be resident at once (registers capped for it): other work
           holding SMs (another stream, MPS) makes the groups wait for it, and hangs them if it
-          never ends. Workspace: 16 bytes a slice a row, and 2 x groups x cols fp32 (backward).
+          never ends. Workspace: 16 bytes a slice a row, 2 x groups x cols fp32 (backward), and two
+          counters the kernel leaves at zero (triton_launch.tickets).
 Layout:   rows
 Min:      cols >= 4096
 Max:      cols <= 65536
@@ -45,8 +53,9 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import next_power_of_2
-from rosetta.triton_kernels.norm_common import GRID_SUM, empty_partials, grid_sum_partials, grid_sum_tile, share, \
-    split_kernel, split_plan, split_workspace, sum_counted_partials
+from rosetta.triton_kernels.norm_common import empty_partials, share, split_kernel, split_plan, split_workspace, \
+    sum_counted_partials
+from rosetta.triton_kernels.norm_grid_sum import GRID_SUM, grid_sum_partials, grid_sum_tile
 from rosetta.triton_launch import tickets  # counters the kernel leaves at zero: one buffer per stream
 
 

@@ -8,8 +8,10 @@ Changed:  a long row is cut into slices, and a group of consecutive programs sha
           until all are posted, and adds them in slice order (norm_common.share). The next row's
           slices are loaded before the wait (the forward's two rows ahead), so the loads stay in
           flight through it. The backward's dweight sum for the program's columns stays in
-          registers across the launch: one partial row per group, summed in a fixed order by
-          step 3's one launch (program 0 writes the count). The grid is a host table
+          registers across the launch: one partial row per group. The grid then meets once (all its
+          programs are resident: the split's register cap) and sums the partial rows itself, each
+          program a strip of 32 columns, in a fixed order (norm_grid_sum.py): no
+          second launch. The grid is a host table
           (norm_common.split_plan), not a tuner: rows up to 16 KB stay whole in one program (16
           values a thread and tensor, fp32 8, 16 warps an SM), longer ones split into slices of
           2,048 at 4 warps, 4 programs an SM.
@@ -31,12 +33,17 @@ Still:    a program waits for its slowest peer on every row, an L2 round trip wh
           programs run one after another and cannot wait: there the slice is the whole row, and
           only a GPU runs the exchange. The posted words take a memset a call where a row is split;
           a whole row (one slice) posts nothing and skips it: forward 4096^2 2,592 -> 2,749 GB/s,
-          backward 2,604 -> 2,661 (bf16; runs 8d5086c82d25, 3113cf739b37).
+          backward 2,604 -> 2,661 (bf16; runs 8d5086c82d25, 3113cf739b37). The grid's own sum
+          in place of step 3's sum launch: backward 4096^2 2,670 -> 2,700 GB/s, fp32 2,898 ->
+          2,911, the large shapes unchanged (runs aeb7dde80dae, 1b5644dd6c75); a development
+          probe had put the sum launch at ~3 us of ~40, but the meeting and the strips' L2 reads
+          cost most of that back. Under the interpreter the host launches step 3's sum.
 Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536 (32 slices).
           Every program of the grid must be resident at once (registers capped for it, maxnreg):
           other work holding SMs (another stream, MPS, a green context) makes the groups wait
           for it, and hangs them if it never ends. ptxas -v, sm_90a: no spills, 56-128 registers
-          a thread. Workspace: 16 bytes a slice a row, and groups x cols fp32 (backward).
+          a thread. Workspace: 16 bytes a slice a row, and groups x cols fp32 (backward), and two
+          counters the kernel leaves at zero (triton_launch.tickets).
 Layout:   rows
 Min:      cols >= 4096
 Max:      cols <= 65536
@@ -49,8 +56,9 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import next_power_of_2
-from rosetta.triton_kernels.norm_common import GRID_SUM, empty_partials, grid_sum_partials, grid_sum_tile, share, \
-    split_kernel, split_plan, split_workspace, sum_counted_partials
+from rosetta.triton_kernels.norm_common import empty_partials, share, split_kernel, split_plan, split_workspace, \
+    sum_counted_partials
+from rosetta.triton_kernels.norm_grid_sum import GRID_SUM, grid_sum_partials, grid_sum_tile
 from rosetta.triton_launch import tickets  # counters the kernel leaves at zero: one buffer per stream
 
 
