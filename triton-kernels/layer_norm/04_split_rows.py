@@ -36,6 +36,9 @@ Still:    a program waits for its slowest peer on every row, an L2 round trip wh
           elsewhere: rows a program (15 or 16: the grid waits for the 16s) and the partial rows'
           bytes (8.65 MB written and read, 8.6% of the 100.7 MB of x, dy and dx). Under the
           interpreter the host launches step 3's sum.
+          Whole rows at 8 values a thread, 16 warps, 1 program an SM (132 partial rows, half
+          the bytes) measured slower in a development probe (bf16 4096^2 backward 44.1 -> 48.9
+          us, forward 28.2 -> 47.6): the table's 16 values at 2 programs an SM stay.
 Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536. Every
           program of the grid must be resident at once (registers capped for it): other work
           holding SMs (another stream, MPS) makes the groups wait for it, and hangs them if it

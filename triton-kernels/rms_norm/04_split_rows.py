@@ -37,7 +37,10 @@ Still:    a program waits for its slowest peer on every row, an L2 round trip wh
           in place of step 3's sum launch: backward 4096^2 2,670 -> 2,700 GB/s, fp32 2,898 ->
           2,911, the large shapes unchanged (runs aeb7dde80dae, 1b5644dd6c75); a development
           probe had put the sum launch at ~3 us of ~40, but the meeting and the strips' L2 reads
-          cost most of that back. Under the interpreter the host launches step 3's sum.
+          cost most of that back. Under the interpreter the host launches step 3's sum. Whole
+          rows at 8 values a thread, 16 warps, 1 program an SM (132 partial rows, half the
+          bytes) measured slower in a development probe (bf16 4096^2 backward 41.2 -> 45.1 us,
+          forward 27.1 -> 31.3): the table's 16 values at 2 programs an SM stay.
 Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536 (32 slices).
           Every program of the grid must be resident at once (registers capped for it, maxnreg):
           other work holding SMs (another stream, MPS, a green context) makes the groups wait
