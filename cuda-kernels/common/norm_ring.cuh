@@ -27,14 +27,13 @@ template <typename T, int kThreads, int kElems> constexpr int kBufferElems = kTh
 // 2,498 -> 2,632, 8192 x 16384 2,547 -> 2,640, 2048 x 65536 2,485 -> 2,624; rms_norm 2,521 -> 2,620,
 // 2,508 -> 2,643, 2,425 -> 2,539. A single CTA's ring lost at 6 (16384 x 8192: 2,706 -> 2,592), and
 // the clusters' forward was mixed (layer_norm 4096 x 32768 2,325 -> 2,268, rms_norm 2,518 -> 2,610).
-// 6 -> 7 rows (the cluster backward's buffers then take 224.4 KB of the 227 KB a CTA may have:
-// 16-bit slices only; fp32 stays at 3): layer_norm 4096 x 32768 2,674 -> PENDING.
+// 7 rows (224.4 KB of buffers, nearly all a CTA may have) lost to 6: layer_norm 4096 x 32768
+// backward 2,674 -> 2,533, rms_norm 2,684 -> 2,514 (development run, H100, bf16).
 template <typename T, int kThreads, int kElems, int kTensors, int kRanks = 1>
 constexpr int kStages = [] {
-  constexpr bool cluster_backward = kRanks > 1 && kTensors == 2;
   constexpr int bytes = kTensors * kBufferElems<T, kThreads, kElems> * int(sizeof(T));
-  constexpr int budget = cluster_backward ? 225 * 1024 : kThreads >= 512 ? 200 * 1024 : 100 * 1024;
-  constexpr int most = cluster_backward ? 7 : 4;
+  constexpr int budget = kThreads >= 512 ? 200 * 1024 : 100 * 1024;
+  constexpr int most = kRanks > 1 && kTensors == 2 ? 6 : 4;
   return budget / bytes < 2 ? 2 : budget / bytes > most ? most : budget / bytes;
 }();
 template <typename T, int kThreads, int kElems, int kTensors, int kRanks = 1>
