@@ -237,6 +237,11 @@ SPLIT_VALUES = {2: 16, 4: 8}  # values a thread and tensor (fp32: 8, registers: 
 SPLIT_ROW_BYTES = 16384  # a row up to this stays in one program (one slice: nothing to wait for)
 SPLIT_SLICE = 2048  # past it, columns a program: 4 warps (fp32: 8), 4 (2) programs an SM
 SPLIT_WARPS_PER_SM = 16
+# The long-row table against its neighbours (H100, bf16 backward GB/s at 4096 x 32768, layer_norm /
+# rms_norm, development run): slices of 2,048 at 16 values a thread, 4 programs an SM (the table)
+# 2,282 / 2,710; 2,048 at 8 values (8 warps, 2 an SM) 1,419 / 1,747; 4,096 at 16 (2 an SM) 2,145 /
+# 2,600; 4,096 at 8 (1 an SM) 1,233 / 1,412; 1,024 at 8 (4 an SM) 1,361 / 1,597. At 8192 x 16384 the
+# same order. Fewer values a thread leave fewer bytes in flight an SM, and more slices more waits.
 
 
 def split_plan(device, rows, cols, element_size):
