@@ -23,8 +23,8 @@ Why:      step 3 streams a long row in chunks, reading each chunk again from L2 
           little below rms_norm step 4), forward ~2,850; rows of 4,096-8,192 about step 3.
 Still:    a program waits for its slowest peer on every row, an L2 round trip where a cluster's
           exchange is a DSMEM one; the backward's tile fills the 128 registers the grid allows
-          (ptxas spills 8 bytes, three loop-invariant words). The forward gains nothing over
-          step 3, whose program holds the whole row. Under TRITON_INTERPRET=1 programs run one
+          (ptxas spills 24 bytes at 2,048-column slices, 8 before the grid sum: loop-invariant
+          words). The forward gains nothing over step 3, whose program holds the whole row. Under TRITON_INTERPRET=1 programs run one
           after another and cannot wait: there the slice is the whole row, and only a GPU runs
           the exchange. The posted words take a memset a call where a row is split; a whole row
           (one slice) posts nothing and skips it. That and one sum launch in place of two (one a
