@@ -9,7 +9,7 @@ cannot wait: there the host launches norm_common.sum_counted_partials, as step 3
 import triton
 import triton.language as tl
 
-from rosetta.triton_kernels.common import INTERPRET, next_power_of_2, wait_for_peers
+from rosetta.triton_kernels.common import INTERPRET, next_power_of_2
 from rosetta.triton_kernels.norm_common import PARTIAL_COLUMNS
 
 GRID_SUM = not INTERPRET
@@ -23,7 +23,11 @@ def grid_sum_partials(partial_ptr, sync_ptr, groups, cols, out0_ptr, out1_ptr, S
     arrivals, the second departures; the last to leave resets both (every program has stopped
     polling the first by then)."""
     programs = tl.num_programs(0)
-    wait_for_peers(sync_ptr, programs)  # the whole grid: every program is resident
+    # the arrival is common.wait_for_peers' (the same four lines, measured as written here)
+    tl.debug_barrier()  # every thread's partial stores, before thread 0's release below
+    tl.atomic_add(sync_ptr, 1, sem="release")
+    while tl.atomic_add(sync_ptr, 0, sem="acquire") < programs:
+        pass
     tl.debug_barrier()  # thread 0 has seen them all: so may the others
     strips = tl.cdiv(cols, BLOCK_C)
     g = tl.arange(0, BLOCK_G)
