@@ -204,3 +204,19 @@ def test_rerender_keeps_the_runs_data_and_is_idempotent(tmp_path):
     assert report.rerender(md, csv_path, ("memcheck", "racecheck")) is False  # nothing to change
     assert md.read_text() == text + "\nLogs: somewhere.\n"
     assert racecheck.summary.startswith("RACECHECK SUMMARY") and racecheck.summary in md.read_text()
+
+
+def test_a_run_that_did_not_start_keeps_the_earlier_result():
+    def run(tool, op, status="ok"):
+        return report.Run(tool, op, "triton", rows=[report.Row(tool, op, "triton", f"{op}/triton/01", status=status)],
+                          status=status)
+    earlier = [run("memcheck", "rms_norm"), run("memcheck", "layer_norm"), run("memcheck", "softmax")]
+    now = [run("memcheck", "rms_norm", report.NOT_STARTED), run("memcheck", "layer_norm", "errors"),
+           run("memcheck", "dropout", report.NOT_STARTED)]
+    merged, kept, carried = report.merge_with_earlier(now, earlier)
+    by_op = {r.op: r for r in merged}
+    assert by_op["rms_norm"] is earlier[0]  # not started: the earlier result stands
+    assert by_op["layer_norm"].status == "errors"  # this run's result replaces the earlier one
+    assert by_op["softmax"] is earlier[2]  # not selected: kept
+    assert by_op["dropout"].status == report.NOT_STARTED  # nothing earlier to keep: reported as it is
+    assert (len(merged), kept, carried) == (4, 1, 1)

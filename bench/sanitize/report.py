@@ -381,6 +381,28 @@ def write_csv(runs: list[Run], path) -> None:
                 writer.writerow({k: v for k, v in asdict(r).items() if k in CSV_FIELDS})
 
 
+NOT_STARTED = "not started (time budget)"
+
+
+def merge_with_earlier(runs: list[Run], earlier: list[Run]) -> tuple[list[Run], int, int]:
+    """This run's `runs` with the earlier table's: (runs to report, earlier runs kept because they
+    were not selected, earlier runs kept because this run's did not start in time). A run that never
+    started says nothing about the code, so where the table has that (tool, op, backend) its earlier
+    result stands; the exit status still tells that the run was incomplete."""
+    key = lambda r: (r.tool, r.op, r.backend)  # noqa: E731
+    before = {key(r): r for r in earlier}
+    merged, carried = [], 0
+    for r in runs:
+        if r.status == NOT_STARTED and key(r) in before:
+            merged.append(before[key(r)])
+            carried += 1
+        else:
+            merged.append(r)
+    selected = {key(r) for r in runs}
+    kept = [r for r in earlier if key(r) not in selected]
+    return merged + kept, len(kept), carried
+
+
 def read_csv(path) -> list[Run]:
     """An earlier sanitize.csv as runs (one per tool, op, backend; their summary lines are not kept
     in the csv): what a run over some ops, backends or tools merges its own runs into."""

@@ -247,7 +247,7 @@ def main(argv=None) -> int:
         expected = tuple((v.label, d) for v in rosetta.variants(op, b) for d in SPECS[op].directions()) \
             if op != SELFCHECK else ()
         if result.returncode is None:
-            run = failed_run(tool, op, b, "not started (time budget)")
+            run = failed_run(tool, op, b, report.NOT_STARTED)
         else:
             run = report.parse(logs[name].read_text(errors="replace"), tool, op, b, returncode=result.returncode,
                                timed_out=result.timed_out, expected=expected)
@@ -265,19 +265,21 @@ def main(argv=None) -> int:
 
     check = selfcheck_line(runs.pop(f"memcheck {SELFCHECK} triton", None))
     print(check)
-    # A run over some ops, backends or tools keeps the other runs of the committed table.
-    fresh = {(r.tool, r.op, r.backend) for r in runs.values()}
-    kept = [r for r in report.read_csv(out_dir / "sanitize.csv") if (r.tool, r.op, r.backend) not in fresh]
-    runs.update({f"{r.tool} {r.op} {r.backend}": r for r in kept})
+    # A run over some ops, backends or tools keeps the other runs of the committed table, and so
+    # does a run that did not start in time.
+    started = {(r.tool, r.op, r.backend) for r in runs.values() if r.status != report.NOT_STARTED}
+    merged, kept, carried = report.merge_with_earlier(list(runs.values()), report.read_csv(out_dir / "sanitize.csv"))
     order = {op: i for i, op in enumerate(rosetta.OPS)}
-    ordered = sorted(runs.values(), key=lambda r: (order.get(r.op, 99), r.backend, ALL_TOOLS.index(r.tool)))
+    ordered = sorted(merged, key=lambda r: (order.get(r.op, 99), r.backend, ALL_TOOLS.index(r.tool)))
     tools = tuple(t for t in ALL_TOOLS if any(r.tool == t for r in ordered))
     lines = [shlex.join(cmd) for cmd in commands.values()]
     lines = [f"{k}={v}" for k, v in CHILD_ENV.items()] + [line.replace(str(REPO) + "/", "") for line in lines]
     text = report.markdown(ordered, tools, commands=lines, date=env_info["date_utc"] + " UTC",
                            gpu=env_info["gpu"], notes=[check, *report.restart_note(retried, args.timeout)]
-                           + ([f"{len(kept)} runs (tool, op, backend) not selected this time are kept from the "
-                               "previous table; the date above is this run's."] if kept else []))
+                           + ([f"{kept} runs (tool, op, backend) not selected this time are kept from the "
+                               "previous table; the date above is this run's."] if kept else [])
+                           + ([f"{carried} runs did not start within the time budget: their rows are the "
+                               "previous table's."] if carried else []))
     text += (f"\nLogs: {log_dir.relative_to(REPO)}/ (not committed). Driver: {sys.executable} "
              f"-m rosetta.bench.sanitize.driver; git {env_info['git_sha']}, torch {env_info['torch']}, "
              f"triton {env_info['triton']}, driver {env_info['driver']}.\n")
@@ -286,8 +288,8 @@ def main(argv=None) -> int:
     print(report.total_line(ordered))
     print(f"wrote {out_dir / 'sanitize.md'} and sanitize.csv ({time.monotonic() - began:.0f} s)")
     bad = any(run.status != "ok" or any(r.errors or r.warnings for r in run.rows)
-              for run in ordered if (run.tool, run.op, run.backend) in fresh)
-    bad = bad or "FAILED" in check
+              for run in ordered if (run.tool, run.op, run.backend) in started)
+    bad = bad or "FAILED" in check or len(started) < len(runs)  # a run that did not start: incomplete
     return 1 if bad else 0
 
 
