@@ -12,7 +12,8 @@ Still:    the first call for each new n pays the tuning runs, and the choice is 
 Limits:   none (int64 counters and offsets, as step 1).
 Layout:   contiguous
 Roofline: ~15 integer ops per element vs 8 B (fp32) / 4 B (16-bit): memory-bound, <= 3.35 TB/s
-Mirrors:  CUDA step 03 (several 16-byte vectors per thread, Philox under the loads)
+Mirrors:  CUDA steps 03 (several 16-byte vectors per thread, Philox under the loads) and 04 (the
+          loads kept ahead of the generator, which Triton's own schedule does here)
 """
 import math
 
