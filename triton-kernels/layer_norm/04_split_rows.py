@@ -24,21 +24,16 @@ Why:      step 3 streams a long row in chunks, reading each chunk again from L2 
 Still:    a program waits for its slowest peer on every row, an L2 round trip where a cluster's
           exchange is a DSMEM one; the backward's tile fills the 128 registers the grid allows
           (ptxas spills 24 bytes at 2,048-column slices, 8 before the grid sum: loop-invariant
-          words). The forward gains nothing over step 3, whose program holds the whole row. Under TRITON_INTERPRET=1 programs run one
-          after another and cannot wait: there the slice is the whole row, and only a GPU runs
-          the exchange. The posted words take a memset a call where a row is split; a whole row
-          (one slice) posts nothing and skips it. That and one sum launch in place of two (one a
-          sum, 264 partial rows at 4096^2): bf16 4096^2 backward 2,286 -> 2,439 GB/s, forward
-          2,473 -> 2,617 (runs 8d5086c82d25, 3113cf739b37). The grid's own sum in place of that
-          launch: backward 4096^2 2,452 -> 2,477 GB/s, 4,096 x 32,768 2,251 -> 2,272, but
-          16,384 x 8,192 2,911 -> 2,880 and fp32 4096^2 2,801 -> 2,781 (runs aeb7dde80dae,
-          1b5644dd6c75): the meeting costs about what the launch did. What 4096^2 lacks is
-          elsewhere: rows a program (15 or 16: the grid waits for the 16s) and the partial rows'
-          bytes (8.65 MB written and read, 8.6% of the 100.7 MB of x, dy and dx). Under the
-          interpreter the host launches step 3's sum.
-          Whole rows at 8 values a thread, 16 warps, 1 program an SM (132 partial rows, half
-          the bytes) measured slower in a development probe (bf16 4096^2 backward 44.1 -> 48.9
-          us, forward 28.2 -> 47.6): the table's 16 values at 2 programs an SM stay.
+          words). The forward gains nothing over step 3, whose program holds the whole row.
+          Under TRITON_INTERPRET=1 programs run one after another and cannot wait: the slice is
+          the whole row and the host launches step 3's sum. The posted words take a memset a
+          call where a row is split; a whole row (one slice) skips it. That and one sum launch in
+          place of two: bf16 4096^2 backward 2,286 -> 2,439 GB/s, forward 2,473 -> 2,617 (runs
+          8d5086c82d25, 3113cf739b37). The grid's own sum in place of that launch: backward
+          4096^2 2,452 -> 2,477 GB/s, 4,096 x 32,768 2,251 -> 2,272, 16,384 x 8,192 2,911 ->
+          2,880 (runs aeb7dde80dae, 1b5644dd6c75): the meeting costs about what the launch did.
+          Whole rows at 1 program an SM (8 values a thread, half the partial bytes) measured
+          slower in a development probe (4096^2 backward 44.1 -> 48.9 us).
 Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536. Every
           program of the grid must be resident at once (registers capped for it): other work
           holding SMs (another stream, MPS) makes the groups wait for it, and hangs them if it

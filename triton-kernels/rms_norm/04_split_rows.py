@@ -30,17 +30,15 @@ Why:      step 3 streams a row of 32,768 columns in chunks, twice: pass 2 reads 
 Still:    a program waits for its slowest peer on every row, an L2 round trip where a cluster's
           exchange is a DSMEM one. The forward gains nothing: step 3 already holds a 64 KB row in
           one program's registers, so the split only adds the wait. Under TRITON_INTERPRET=1
-          programs run one after another and cannot wait: there the slice is the whole row, and
-          only a GPU runs the exchange. The posted words take a memset a call where a row is split;
-          a whole row (one slice) posts nothing and skips it: forward 4096^2 2,592 -> 2,749 GB/s,
-          backward 2,604 -> 2,661 (bf16; runs 8d5086c82d25, 3113cf739b37). The grid's own sum
-          in place of step 3's sum launch: backward 4096^2 2,670 -> 2,700 GB/s, fp32 2,898 ->
-          2,911, the large shapes unchanged (runs aeb7dde80dae, 1b5644dd6c75); a development
-          probe had put the sum launch at ~3 us of ~40, but the meeting and the strips' L2 reads
-          cost most of that back. Under the interpreter the host launches step 3's sum. Whole
-          rows at 8 values a thread, 16 warps, 1 program an SM (132 partial rows, half the
-          bytes) measured slower in a development probe (bf16 4096^2 backward 41.2 -> 45.1 us,
-          forward 27.1 -> 31.3): the table's 16 values at 2 programs an SM stay.
+          programs run one after another and cannot wait: the slice is the whole row and the host
+          launches step 3's sum. The posted words take a memset a call where a row is split; a
+          whole row (one slice) skips it: forward 4096^2 2,592 -> 2,749 GB/s, backward 2,604 ->
+          2,661 (bf16; runs 8d5086c82d25, 3113cf739b37). The grid's own sum in place of step 3's
+          sum launch: backward 4096^2 2,670 -> 2,700 GB/s, fp32 2,898 -> 2,911, the large shapes
+          unchanged (runs aeb7dde80dae, 1b5644dd6c75): a development probe had put the launch at
+          ~3 us of ~40, but the meeting and the strips' L2 reads cost most of that back. Whole
+          rows at 1 program an SM (8 values a thread, half the partial bytes) measured slower in
+          a development probe (4096^2 backward 41.2 -> 45.1 us).
 Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536 (32 slices).
           Every program of the grid must be resident at once (registers capped for it, maxnreg):
           other work holding SMs (another stream, MPS, a green context) makes the groups wait
