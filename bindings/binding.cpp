@@ -8,6 +8,7 @@
 // Python (bindings/dispatch.py) gives the friendly input errors first; the checks here guard
 // direct callers against bad memory accesses.
 #include <ATen/ATen.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/extension.h>
@@ -36,6 +37,20 @@ class Call {
   rosetta::Tensor output(const at::Tensor& t, const char* what) const {
     TORCH_CHECK(t.is_contiguous(), name_, ": the output ", what, " must be contiguous");
     return view(t, what, false);
+  }
+
+  // The output t as the kernel sees it: t's memory in `shape`'s sizes and strides (a contiguous
+  // meta tensor of t's element count, e.g. a 0-dim sum seen as one element), with no view op.
+  rosetta::Tensor output(const at::Tensor& t, const at::Tensor& shape, const char* what) const {
+    TORCH_CHECK(shape.numel() == t.numel() && shape.is_contiguous() && shape.dim() <= rosetta::kMaxDims, name_,
+                ": the kernel view of ", what, " must be contiguous with its ", t.numel(), " elements");
+    rosetta::Tensor v = output(t, what);
+    v.dim = int(shape.dim());
+    for (int d = 0; d < v.dim; ++d) {
+      v.size[d] = shape.size(d);
+      v.stride[d] = shape.stride(d);
+    }
+    return v;
   }
 
   rosetta::Workspace workspace() { return {&Call::allocate, this}; }
@@ -105,14 +120,12 @@ class Call {
   std::vector<at::Tensor> scratch_;
 };
 
-// A new output shaped as `like` (a meta tensor: sizes, strides, dtype) on `input`'s device.
+// A new output shaped as `like` (a meta tensor: sizes, strides, dtype) on `input`'s device, from
+// the caching allocator without a round trip through the dispatcher (what at::empty_strided's CUDA
+// kernel calls; its only other work, filling under torch.use_deterministic_algorithms, is moot for
+// an output the kernel writes whole).
 inline at::Tensor empty_as(const at::Tensor& like, const at::Tensor& input) {
-  return at::empty_strided(like.sizes(), like.strides(), input.options().dtype(like.scalar_type()));
-}
-
-// `out` as the kernel sees it: reshaped to `view`'s sizes (a meta tensor) where they differ.
-inline at::Tensor reshaped(const at::Tensor& out, const at::Tensor& view) {
-  return out.sizes() == view.sizes() ? out : out.view(view.sizes());
+  return at::detail::empty_strided_cuda(like.sizes(), like.strides(), like.scalar_type(), input.device());
 }
 
 }  // namespace rosetta_binding

@@ -1,8 +1,8 @@
 """The public call (rosetta.softmax(x) and co.): every guarantee of the registered torch op at the
 host cost of a plain launch.
 
-The work a call repeats is done once per *call signature* (op, backend, step, whether a gradient
-will be taken, and per input its dtype, shape, strides, device and 16-byte alignment): choosing the step
+The work a call repeats is done once per *call signature* (op, backend, step, whether grad mode
+is on, and per input its dtype, shape, strides, device, 16-byte alignment and requires_grad): choosing the step
 (the measured table's lookup), checking the inputs, deciding which inputs the step's layout makes
 copy. A repeated call looks its signature up, allocates the output and launches the step's kernel:
 the C++ op for a CUDA step (which allocates its outputs in C++ too), the Triton kernel for a Triton
@@ -16,6 +16,7 @@ dispatch mode traces, or a tensor is a subclass, the call takes the registered t
 """
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 
 import torch
@@ -48,18 +49,15 @@ def call(op: str, backend: str, step: int | None, inputs: tuple, params: tuple =
     # vmap), whose wrapped tensors have no storage to point at
     if _is_compiling() or _dispatch_modes() or _functorch_active():
         return registered_call(op, backend, step, inputs, params)
-    key = [op, backend, step]
-    wants_grad = False
+    key = [op, backend, step, _grad_enabled()]
     for t in inputs:  # one pass: the signature, and whether this call can run eagerly at all
-        if type(t) not in _PLAIN or t.layout != _STRIDED:
+        if type(t) not in _PLAIN or t.layout is not _STRIDED:
             return registered_call(op, backend, step, inputs, params)
-        key.append((t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16))
-        wants_grad = wants_grad or t.requires_grad
-    grad = wants_grad and _grad_enabled()
-    key.append(grad)
+        key += (t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16, t.requires_grad)
     key = tuple(key)
     run = _PREPARED.get(key)
     if run is None:
+        grad = key[3] and any(t.requires_grad for t in inputs)
         run = prepare(op, backend, step, inputs, grad)  # raises, caching nothing, on bad inputs
         if len(_PREPARED) >= MAX_SIGNATURES:
             _PREPARED.clear()
@@ -144,13 +142,11 @@ def direct(v, direction: str, inputs: tuple | None = None):
             # to the kernel as its view's template (a reshape) says
             new = torch_ops.allocating_launcher(v, direction)
             templates = (*outs_like, *(spec.view(name, o) for name, o in zip(d.outputs, outs_like)))
-            if not viewed_inputs:
-                def run_new(*args):
-                    return new(*args[:n], *templates, *args[n:])
-                return run_new
+            if not viewed_inputs:  # a C call with the templates bound: no Python frame per call
+                return partial(new, *templates)
 
             def run_new_viewed(*args):  # e.g. softmax over (batch, rows, columns): rows folded
-                return new(*[f(t) for f, t in zip(in_fns, args)], *templates, *args[n:])
+                return new(*templates, *[f(t) for f, t in zip(in_fns, args)], *args[n:])
             return run_new_viewed
 
         # allocate()'s outputs made straight from their sizes and strides, which the signature fixes:

@@ -6,10 +6,10 @@
   rosetta_binding.inc  per step and direction: the launcher's declaration and the function
                        `<qualname>[_backward]_out(inputs..., outputs..., params...)` that fills the
                        struct from at::Tensors and launches, a function of the extension module;
-                       and `<qualname>[_backward]_new(inputs..., output templates..., kernel view
-                       templates..., params...)`, which allocates each output as its template (a
-                       meta tensor: sizes, strides, dtype) on the inputs' device, launches `_out`
-                       on each output reshaped as its kernel view's template, and returns them
+                       and `<qualname>[_backward]_new(output templates..., kernel view templates...,
+                       inputs..., params...)`, which allocates each output as its template (a
+                       meta tensor: sizes, strides, dtype) on the inputs' device, launches on
+                       each output seen through its kernel view's template, and returns them
   a shim per .cu       `#define ROSETTA_DTYPES <its Dtypes: line>` then `#include "<the file>"`
 """
 from __future__ import annotations
@@ -52,42 +52,48 @@ def dtype_macro(step: Step | None) -> str:
         "float, __half, __nv_bfloat16"
 
 
-def _entry(op: str, direction: str, launcher: str, op_name: str, dtypes, layout: str) -> tuple:
-    """Implementation, declaration and module entry of one launcher as `<op_name>_out`."""
+def _struct(op: str, direction: str, launcher: str, op_name: str, dtypes, layout: str, outputs) -> list[str]:
+    """The lines that fill a direction's argument struct and launch: `outputs` are the C++
+    expressions of the outputs' views (at::Tensor or, with a shape template, (tensor, template))."""
     d = SPECS[op].directions()[direction]
-    struct = f"rosetta::{struct_name(op, direction)}"
-    params = ", ".join([f"const at::Tensor& {n}" for n in (*d.inputs, *d.outputs)]
-                       + [f"{PARAM_TYPES[p.kind]} {p.name}" for p in d.params])
     allowed = " | ".join(f"(1 << {DTYPE_CODES[str(t).removeprefix('torch.')]})" for t in dtypes)
     # a tensor of a fixed dtype (fp32 statistics) is not held to the step's dtypes
     views = ", ".join([f"call.input({n}, \"{n}\", {str(n not in d.fixed_dtypes).lower()})" for n in d.inputs]
-                      + [f"call.output({n}, \"{n}\")" for n in d.outputs] + [p.name for p in d.params])
+                      + [f"call.output({o}, \"{n}\")" for n, o in zip(d.outputs, outputs)] + [p.name for p in d.params])
+    return [f"  rosetta_binding::Call call(\"{op_name}\", {d.outputs[0]}, {allowed}, "
+            f"rosetta_binding::Layout({LAYOUT_CODES[layout]}));",
+            f"  call.check({launcher}(rosetta::{struct_name(op, direction)}{{{views}, call.workspace()}}, call.stream()));"]
+
+
+def _entry(op: str, direction: str, launcher: str, op_name: str, dtypes, layout: str) -> tuple:
+    """Implementation, declaration and module entry of one launcher as `<op_name>_out`."""
+    d = SPECS[op].directions()[direction]
+    params = ", ".join([f"const at::Tensor& {n}" for n in (*d.inputs, *d.outputs)]
+                       + [f"{PARAM_TYPES[p.kind]} {p.name}" for p in d.params])
     return [
         f"void {op_name}_out({params}) {{",
-        f"  rosetta_binding::Call call(\"{op_name}\", {d.outputs[0]}, {allowed}, "
-        f"rosetta_binding::Layout({LAYOUT_CODES[layout]}));",
-        f"  call.check({launcher}({struct}{{{views}, call.workspace()}}, call.stream()));",
+        *_struct(op, direction, launcher, op_name, dtypes, layout, d.outputs),
         "}",
-    ], f"cudaError_t {launcher}(const {struct}&, cudaStream_t);", f'  m.def("{op_name}_out", &{op_name}_out);'
+    ], f"cudaError_t {launcher}(const rosetta::{struct_name(op, direction)}&, cudaStream_t);", \
+        f'  m.def("{op_name}_out", &{op_name}_out);'
 
 
-def _allocating_entry(op: str, direction: str, op_name: str) -> tuple:
+def _allocating_entry(op: str, direction: str, launcher: str, op_name: str, dtypes, layout: str) -> tuple:
     """Implementation and module entry of a step's `<op_name>_new`: the public call's eager path,
     which allocates in C++ (an output made from Python with torch.empty_strided took ~5 us of the
-    H100 host's time a call, about as long as the launch)."""
+    H100 host's time a call, about as long as the launch). The templates come first, so that the
+    public call can bind them once (functools.partial) and pass the inputs as they arrive."""
     d = SPECS[op].directions()[direction]
     outputs = ", ".join(d.outputs)
     returns = "at::Tensor" if len(d.outputs) == 1 else f"std::tuple<{', '.join(['at::Tensor'] * len(d.outputs))}>"
-    params = ", ".join([f"const at::Tensor& {n}" for n in d.inputs]
-                       + [f"const at::Tensor& {n}_like" for n in d.outputs]
+    params = ", ".join([f"const at::Tensor& {n}_like" for n in d.outputs]
                        + [f"const at::Tensor& {n}_view" for n in d.outputs]
+                       + [f"const at::Tensor& {n}" for n in d.inputs]
                        + [f"{PARAM_TYPES[p.kind]} {p.name}" for p in d.params])
-    call_args = ", ".join([*d.inputs, *(f"rosetta_binding::reshaped({n}, {n}_view)" for n in d.outputs),
-                           *(p.name for p in d.params)])
     return [
         f"{returns} {op_name}_new({params}) {{",
         *(f"  at::Tensor {n} = rosetta_binding::empty_as({n}_like, {d.inputs[0]});" for n in d.outputs),
-        f"  {op_name}_out({call_args});",
+        *_struct(op, direction, launcher, op_name, dtypes, layout, [f"{n}, {n}_view" for n in d.outputs]),
         f"  return {outputs if len(d.outputs) == 1 else '{' + outputs + '}'};",
         "}",
     ], f'  m.def("{op_name}_new", &{op_name}_new);'
@@ -100,7 +106,8 @@ def binding_include() -> str:
         for direction in SPECS[v.op].directions():
             suffix = "" if direction == "forward" else f"_{direction}"
             entries.append(_entry(v.op, direction, v.launcher_name + suffix, v.qualname + suffix, v.dtypes, v.layout))
-            allocating.append(_allocating_entry(v.op, direction, v.qualname + suffix))  # steps only: the public call
+            allocating.append(_allocating_entry(v.op, direction, v.launcher_name + suffix, v.qualname + suffix,
+                                                v.dtypes, v.layout))  # steps only: the public call
     for op, spec in SPECS.items():
         for lib in spec.tiers:  # e.g. reduce_sum_cub, built from cuda-kernels/<op>/reference_<lib>.cu
             entries.append(_entry(op, "forward", f"{op}_{lib}", f"{op}_{lib}", spec.dtypes, "contiguous"))

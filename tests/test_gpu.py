@@ -108,11 +108,14 @@ def test_split_k_fixup_counters_per_stream_and_in_graphs(gen):
         check(lambda o: (graph.replay(), o.copy_(out)))
 
 
-@pytest.mark.parametrize("v", [v for v in VARIANTS if v.backend == "triton"], ids=lambda v: v.label)
-def test_replayed_public_calls_match(gen, v):
-    """A Triton step's public call is recorded on one of its signature's first calls and replayed
-    after (rosetta.triton_launch.Replay): four calls of every test shape, each on fresh data into
-    an output block just filled with NaN, must all match (every output, saved statistics too)."""
+@pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
+def test_public_call_path_matches(gen, v):
+    """What the public call runs for a signature (calls.direct): a CUDA step's `_new`, which
+    allocates in C++ and hands the kernel each output through its view's template (reduce_sum's
+    0-dim sum as one element); a Triton step's launch, recorded on one of the signature's first
+    calls and replayed after (rosetta.triton_launch.Replay). Four calls of every test shape, each
+    on fresh data into an output block just filled with NaN, must all match (every output, saved
+    statistics too)."""
     params = SPECS[v.op].forward.defaults
     for shape in SPECS[v.op].test_shapes:
         inputs = make_inputs(v.op, shape, v.dtypes[0], GPU, gen)

@@ -73,10 +73,10 @@ def test_generated_binding_covers_every_cuda_launcher():
     assert "struct SoftmaxBackwardArgs { Tensor y; Tensor dy; Tensor dx; Workspace workspace; };" in \
         cuda_codegen.ops_header()
     # several outputs come back as one tuple, each allocated from its template
-    assert ("std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda_01_two_pass_new(const at::Tensor& x, "
-            "const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& y_like, const at::Tensor& mean_like, "
-            "const at::Tensor& rstd_like, const at::Tensor& y_view, const at::Tensor& mean_view, "
-            "const at::Tensor& rstd_view, double eps) {") in text
+    assert ("std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_cuda_01_two_pass_new(const at::Tensor& y_like, "
+            "const at::Tensor& mean_like, const at::Tensor& rstd_like, const at::Tensor& y_view, "
+            "const at::Tensor& mean_view, const at::Tensor& rstd_view, const at::Tensor& x, "
+            "const at::Tensor& weight, const at::Tensor& bias, double eps) {") in text
 
 
 def _cuobjdump():
