@@ -4,10 +4,10 @@ Changed:  the tile is ROWS rows x BLOCK = next_power_of_2(cols), and programs ar
           forward, a machine-sized grid (SMs x the programs one SM holds) walks the tiles in
           strides of the grid; backward, G = min(rows, 2 x SMs) programs do the same, each
           summing its tiles' dy*xhat and dy into two fp32 register rows (tl.sum over the tile's
-          rows) and storing them as its partials, summed in a fixed order as in step 1. ROWS
-          and num_warps are autotuned per row length (key: cols) among tiles of 2,048-16,384
-          elements at 8-16 elements per thread; one autotuner per BLOCK, so every config it
-          times is valid for the rows it sees.
+          rows) and storing them as its partials, summed in a fixed order as in step 1. ROWS and
+          num_warps are autotuned per row length and power-of-two class of row count (key: cols,
+          rows.bit_length()) among tiles of 2,048-16,384 elements at 8-16 elements per thread;
+          one autotuner per BLOCK, so every config it times is valid for the rows it sees.
 Why:      short rows: a 1,024-element row is too little for one program; tiles of >= 2,048
           elements give every thread >= 8 loads in flight, and the persistent loop pays program
           start-up and the w and b loads once per program instead of once per row. Backward,
@@ -23,7 +23,7 @@ Still:    a program loads a tile, then reduces, then stores: its next tile's loa
 Limits:   cols <= 65536, as step 1. ptxas -v, sm_90a, bf16: configs are capped at 16 values
           per thread and tensor (32 spilled ~500 B backward at 4,096 x 4 rows); past 16,384 only
           32 warps remain, and the backward spills ~100-150 B at 16,384, ~2 KB at 65,536. The
-          first call for each (cols, dtype) runs the autotuner.
+          first call for each (cols, row class, dtype) runs the autotuner.
 Max:      cols <= 65536
 Layout:   rows
 Mirrors:  CUDA step 2 (row in registers, per-block dweight/dbias partials + second pass), with
@@ -50,7 +50,8 @@ def layer_norm_tile_kernel(
     mean_ptr,  # fp32 (rows,), saved for the backward
     rstd_ptr,  # fp32 (rows,), saved for the backward
     rows,
-    cols,  # the autotune key
+    cols,  # the autotune key, with row_class
+    row_class,  # rows.bit_length(), unused here: a config tuned on 8 rows does not serve 8,192
     x_row_stride,  # elements between rows of x
     eps,
     BLOCK: tl.constexpr,  # next_power_of_2(cols): a whole row per tile row
@@ -91,7 +92,8 @@ def layer_norm_tile_backward_kernel(
     dx_ptr,  # gradient of x, contiguous rows x cols
     partial_ptr,  # fp32 (2, programs, cols): this program's sums of dy*xhat and of dy
     rows,
-    cols,  # the autotune key
+    cols,  # the autotune key, with row_class
+    row_class,  # rows.bit_length(), unused here: a config tuned on 8 rows does not serve 8,192
     x_row_stride,
     dy_row_stride,
     BLOCK: tl.constexpr,
@@ -132,12 +134,12 @@ def layer_norm_tile_backward_kernel(
 # wrap_triton would rebuild an autotuner with one on every call). Built on first use.
 @functools.cache
 def forward_kernel(block):
-    return triton.autotune(configs=configs_for(block), key=["cols"])(layer_norm_tile_kernel)
+    return triton.autotune(configs=configs_for(block), key=["cols", "row_class"])(layer_norm_tile_kernel)
 
 
 @functools.cache
 def backward_kernel(block):
-    return triton.autotune(configs=configs_for(block), key=["cols"])(layer_norm_tile_backward_kernel)
+    return triton.autotune(configs=configs_for(block), key=["cols", "row_class"])(layer_norm_tile_backward_kernel)
 
 
 def launch(x, weight, bias, y, mean, rstd, eps):
@@ -152,7 +154,8 @@ def launch(x, weight, bias, y, mean, rstd, eps):
         per_thread = 2 * meta["ROWS"] * block // (32 * meta["WARPS"])
         return (programs(x.device, cdiv(rows, meta["ROWS"]), meta["WARPS"], per_thread),)
 
-    wrap_triton(forward_kernel(block))[grid](x, weight, bias, y, mean, rstd, rows, cols, x.stride(0), eps,
+    row_class = int(rows).bit_length()  # with cols, the autotuners' key
+    wrap_triton(forward_kernel(block))[grid](x, weight, bias, y, mean, rstd, rows, cols, row_class, x.stride(0), eps,
                                              BLOCK=block)
 
 
@@ -169,6 +172,7 @@ def launch_backward(x, weight, mean, rstd, dy, dx, dweight, dbias):
     # Fixed before the autotuner picks ROWS: the partials are allocated for this grid.
     groups = min(rows, BACKWARD_PROGRAMS_PER_SM * sm_count(x.device))
     partial = empty_partials(2, groups, cols, x.device)
+    row_class = int(rows).bit_length()  # with cols, the autotuners' key
     wrap_triton(backward_kernel(block))[(groups,)](x, weight, mean, rstd, dy, dx, partial, rows, cols,
-                                                    x.stride(0), dy.stride(0), BLOCK=block)
+                                                    row_class, x.stride(0), dy.stride(0), BLOCK=block)
     sum_partials(partial, dweight, dbias)
