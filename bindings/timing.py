@@ -20,7 +20,6 @@ Used by the bench and the hardware survey alike (both import this; it imports ne
 """
 from __future__ import annotations
 
-import gc
 import random
 import statistics
 import time
@@ -184,29 +183,15 @@ def host_in_turns(fns: list, counts: list[int], rounds: int) -> list[float]:
     """Host wall time per call (seconds) of each fn: `rounds` rounds, fn i making counts[i] calls in
     a loop once a round, every fn in turns, the GPU synchronised after each loop, and the median
     round. For calls timed as the host sees them (a user's eager loop, a call's host cost): the
-    host's speed moves from second to second (other processes), so callers timed one after
-    another each see their own part of that drift; in turns they share each round, and the median
-    drops a round that stalled. The garbage collector is off while a loop runs, as timeit keeps
-    it: a collection is paid for by whatever allocated before it, here mostly the other callers
-    of the round (a registered torch op allocates hundreds of objects a call), and on the H100's
-    host such collections added up to ~4 us a call to torch's own softmax, 7.8 us in one process
-    and 11.8 in the next."""
+    host's speed moves from second to second (other processes, garbage collections), so callers
+    timed one after another each see their own part of that drift; in turns they share each round,
+    and the median drops a round that stalled."""
     times = [[] for _ in fns]
-    collecting = gc.isenabled()
-    try:
-        for _ in range(rounds):
-            for fn, count, mine in zip(fns, counts, times):
-                gc.collect()
-                gc.disable()
-                start = time.perf_counter()
-                for _ in range(count):
-                    fn()
-                torch.cuda.synchronize()
-                mine.append((time.perf_counter() - start) / count)
-                gc.enable()
-    finally:
-        if collecting:
-            gc.enable()
-        else:
-            gc.disable()
+    for _ in range(rounds):
+        for fn, count, mine in zip(fns, counts, times):
+            start = time.perf_counter()
+            for _ in range(count):
+                fn()
+            torch.cuda.synchronize()
+            mine.append((time.perf_counter() - start) / count)
     return [statistics.median(t) for t in times]
