@@ -318,10 +318,9 @@ def plan(rows, span, edges, tensors, x):
     tiles = cdiv(cdiv(span, block), sm_count(x.device))  # at most one chunk per SM (step 4)
     chunk_len = tiles * block
     chunks = cdiv(span, chunk_len)
-    # Rows with partial groups hold the edge tile too: a 16-bit forward chunk at 16 warps then
-    # takes 64 registers (2 programs an SM); at 8 warps, 32 values a thread, 3 fit. Measured on the
-    # H100, bf16 4096 x 50257: 465 us at 8 warps, 607 at 16; aligned 512 x 131072: 125 and 118.
-    warps = 8 if edges else block // 512
+    # A forward chunk (16 KB of input) runs at 4 warps: 64 values a thread at 16 bits, 32 at fp32,
+    # all loaded before the first is used. The backward's 4,096-position chunks run at 8.
+    warps = 4 if tensors == 1 else 8
     meta = dict(BLOCK=block, ROWS=1, SPLIT=True, ONE_TILE=tiles == 1,
                 CHUNKS_P2=next_power_of_2(chunks), num_warps=warps)
     if tensors == 2:
