@@ -11,11 +11,15 @@ Changed:  step 4's kernels (a row in registers, long rows split over programs th
           partial end groups as a small scalar tile (one lane a thread), loaded beside the main
           tile rather than reloaded after the reduction. Only rows that start or end inside a
           group pay for that tile and the -inf lanes (EDGES, a host decision): aligned shapes
-          compile to step 4's SASS. Split rows with edges run at 8 warps. In development (H100,
-          bf16 4096 x 50257 forward): the reload after the reduction, 16 warps, 538 us; the
-          early load, 16 warps, 607 (64 registers: 2 programs an SM); early, 8 warps, 465 (79
-          registers, 3 programs); the reload at 8 warps was not measured. Before EDGES, aligned
-          shapes paid 2-70% for the edge tile (bf16 32768 x 1000: 82 us against step 4's 48).
+          compile to step 4's SASS. A split row's forward chunks (16 KB of input) run at 4 warps,
+          64 values a thread at 16 bits, 32 at fp32. Measured on the H100, forward, us at 4 / 8 /
+          16 warps: bf16 4096 x 50257 409 / 466 / 608, 512 x 50257 61 / 67 / 84, aligned 4096 x
+          131072 799 / 803 / 866, 512 x 131072 106 / - / 114, fp32 4096 x 50257 668 / 683 / 770
+          (before run 9802db57df13 the step ran 8 warps with edges, 16 without); few rows lose a
+          little (bf16 64 x 131072: 21.4 against 20.1 at 16). Earlier, in development, bf16 4096
+          x 50257: the reload after the reduction, 16 warps, 538 us; the early load, 16 warps,
+          607. Before EDGES, aligned shapes paid 2-70% for the edge tile (bf16 32768 x 1000: 82
+          us against step 4's 48).
 Why:      Triton vectorizes an access only where it can prove 16-byte alignment and a mask
           constant over each group, and an integer argument carries that proof only when the
           launch specializes it as divisible by 16. A vocabulary of 50,257 (GPT-2) makes the row
@@ -26,10 +30,10 @@ Why:      Triton vectorizes an access only where it can prove 16-byte alignment 
           suite measured bf16 4096 x 50257 at 0.71x torch (step 2; step 4: 861 GB/s bf16 against
           2,375 fp32 at the same shape). Predicted: bf16 x 50257 near fp32 step 4's bytes rate
           (~2,300 GB/s, >= 1.0x torch at every row count), other shapes as step 4.
-Still:    bf16 x 50257 forward stays below torch at 512 rows and more (H100, in development:
-          4096 rows 465 us against torch's 389; the backward 510 against 949): a split row's
-          programs wait for each other, and a 16-bit chunk converted to fp32 fills twice the
-          registers of its bytes, so fewer bytes are in flight an SM than at fp32. A row shorter
+Still:    bf16 x 50257 forward stays below torch at 4,096 rows (409 us against torch's 389; the
+          backward 510 against 949, in development): a split row's programs wait for each other,
+          and a 16-bit chunk converted to fp32 fills twice the registers of its bytes, so fewer
+          bytes are in flight an SM than at fp32. A row shorter
           than a group, or tensors whose rows sit at different places in their windows (x
           strided one way, the output another), take the element-wise path, as step 4. The
           window reads up to V-1 elements before and after a row: they lie in the same 16-byte
