@@ -92,6 +92,23 @@ def test_public_call_follows_the_table(table):
     assert len([k for k in calls._PREPARED if k[0] == "softmax"]) == 2
 
 
+def test_public_call_signature_tells_grad_mode_and_requires_grad_apart():
+    """One shape, three signatures: a plain tensor, the same with requires_grad, and that again
+    under torch.no_grad(). Each call gets its own path: a graph only where a gradient is taken."""
+    calls.forget()
+    x = torch.randn(8, 100)
+    xg = x.clone().requires_grad_()
+    assert rosetta.softmax(x).grad_fn is None
+    y = rosetta.softmax(xg)
+    assert y.grad_fn is not None
+    (dx,) = torch.autograd.grad(y, xg, torch.ones_like(y))
+    torch.testing.assert_close(dx, torch.zeros_like(dx), atol=1e-6, rtol=0)  # softmax rows sum to 1
+    with torch.no_grad():
+        assert rosetta.softmax(xg).grad_fn is None
+    assert rosetta.softmax(xg).grad_fn is not None  # the no_grad signature did not take its place
+    assert len([k for k in calls._PREPARED if k[0] == "softmax"]) == 3
+
+
 def test_bad_inputs_are_refused_every_time():
     for _ in range(2):  # nothing is cached for a call that failed its checks
         with pytest.raises(ValueError, match="inner dimensions"):
