@@ -49,7 +49,8 @@ def call(op: str, backend: str, step: int | None, inputs: tuple, params: tuple =
     # vmap), whose wrapped tensors have no storage to point at
     if _is_compiling() or _dispatch_modes() or _functorch_active():
         return registered_call(op, backend, step, inputs, params)
-    key = [op, backend, step, _grad_enabled()]
+    grad_mode = _grad_enabled()
+    key = [op, backend, step, grad_mode]
     for t in inputs:  # one pass: the signature, and whether this call can run eagerly at all
         if type(t) not in _PLAIN or t.layout is not _STRIDED:
             return registered_call(op, backend, step, inputs, params)
@@ -57,7 +58,7 @@ def call(op: str, backend: str, step: int | None, inputs: tuple, params: tuple =
     key = tuple(key)
     run = _PREPARED.get(key)
     if run is None:
-        grad = key[3] and any(t.requires_grad for t in inputs)
+        grad = grad_mode and any(t.requires_grad for t in inputs)
         run = prepare(op, backend, step, inputs, grad)  # raises, caching nothing, on bad inputs
         if len(_PREPARED) >= MAX_SIGNATURES:
             _PREPARED.clear()

@@ -62,7 +62,8 @@ def _struct(op: str, direction: str, launcher: str, op_name: str, dtypes, layout
                       + [f"call.output({o}, \"{n}\")" for n, o in zip(d.outputs, outputs)] + [p.name for p in d.params])
     return [f"  rosetta_binding::Call call(\"{op_name}\", {d.outputs[0]}, {allowed}, "
             f"rosetta_binding::Layout({LAYOUT_CODES[layout]}));",
-            f"  call.check({launcher}(rosetta::{struct_name(op, direction)}{{{views}, call.workspace()}}, call.stream()));"]
+            f"  call.check({launcher}(rosetta::{struct_name(op, direction)}{{{views}, call.workspace()}}, "
+            "call.stream()));"]
 
 
 def _entry(op: str, direction: str, launcher: str, op_name: str, dtypes, layout: str) -> tuple:

@@ -12,14 +12,9 @@ Changed:  step 4's kernels (a row in registers, long rows split over programs th
           tile rather than reloaded after the reduction. Only rows that start or end inside a
           group pay for that tile and the -inf lanes (EDGES, a host decision): aligned shapes
           compile to step 4's SASS. A split row's forward chunks (16 KB of input) run at 4 warps,
-          64 values a thread at 16 bits, 32 at fp32. Measured on the H100, forward, us at 4 / 8 /
-          16 warps: bf16 4096 x 50257 409 / 466 / 608, 512 x 50257 61 / 67 / 84, aligned 4096 x
-          131072 799 / 803 / 866, 512 x 131072 106 / - / 114, fp32 4096 x 50257 668 / 683 / 770
-          (before run 9802db57df13 the step ran 8 warps with edges, 16 without); few rows lose a
-          little (bf16 64 x 131072: 21.4 against 20.1 at 16). Earlier, in development, bf16 4096
-          x 50257: the reload after the reduction, 16 warps, 538 us; the early load, 16 warps,
-          607. Before EDGES, aligned shapes paid 2-70% for the edge tile (bf16 32768 x 1000: 82
-          us against step 4's 48).
+          64 values a thread at 16 bits, 32 at fp32 (8 and 16 before run 9802db57df13; bf16 4096
+          x 50257: 409 us at 4 warps, 466 at 8, 608 at 16; only few rows lose, 64 x 131072 21.4
+          against 20.1). Before EDGES, aligned shapes paid 2-70% for the edge tile.
 Why:      Triton vectorizes an access only where it can prove 16-byte alignment and a mask
           constant over each group, and an integer argument carries that proof only when the
           launch specializes it as divisible by 16. A vocabulary of 50,257 (GPT-2) makes the row
