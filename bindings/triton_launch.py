@@ -117,7 +117,7 @@ class Launcher:
         entry = self.cache.get(key) if key is not None else None
         if entry is None:
             return self.record(key, grid, args, kwargs)
-        run, function, packed, fixed = entry
+        run, head, fixed = entry
         full = list(args)
         names = self.names
         for i in range(len(args), len(names)):
@@ -126,9 +126,9 @@ class Launcher:
         if callable(grid):
             grid = grid(dict(zip(names, full)))
         if _recording is not None:
-            _recording.launch(run, function, packed, grid, full)
+            _recording.launch(run, head, grid, full)
         run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-            _C._cuda_getCurrentRawStream(_C._cuda_getDevice()), function, packed, None, None, None, *full)
+            _C._cuda_getCurrentRawStream(_C._cuda_getDevice()), *head, *full)
 
     def record(self, key, grid, args, kwargs):
         """Triton's own launch; then keep what it compiled and chose for this key."""
@@ -148,8 +148,23 @@ class Launcher:
             compiled = compiled.result()
         if len(self.cache) >= MAX_KEYS:
             self.cache.clear()
-        self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, fixed)
+        self.cache[key] = (*c_launch(compiled), fixed)
         return compiled
+
+
+def c_launch(compiled) -> tuple:
+    """(run, head): a compiled kernel's launch as run(gridX, gridY, gridZ, stream, *head, *args).
+    Triton's launcher object is a Python __call__ that makes scratch buffers (for kernels that
+    declare any) and passes two flags through to the C function `launch` it wraps: about 1 us a
+    launch on the H100's host. A kernel with no scratch is launched through that C function
+    directly, given the same flags; any other (or a launcher of another shape) through the object."""
+    run = compiled.run
+    launch = getattr(run, "launch", None)
+    no_scratch = getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0
+    if launch is None or not no_scratch or not hasattr(run, "launch_pdl"):
+        return run, (compiled.function, compiled.packed_metadata, None, None, None)
+    return launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                    compiled.packed_metadata, None, None, None)
 
 
 def _hooked(hook) -> bool:
@@ -190,8 +205,8 @@ _VIEWING = {"aten::view", "aten::_unsafe_view", "aten::alias", "aten::as_strided
 
 class Recording:
     """What one launch() call did, in order: ("alloc", bytes), ("tickets", count) (tickets()'s
-    buffer: the replay asks again, for its own stream), ("zero", base) and ("launch", run, function,
-    packed, grid, args, pointers); `ok` turns False at anything else."""
+    buffer: the replay asks again, for its own stream), ("zero", base) and ("launch", run, head,
+    grid, args, pointers) (c_launch's run and head); `ok` turns False at anything else."""
 
     def __init__(self, tensors):
         self.bases = list(tensors)  # index i: the call's tensors, then each allocation in order
@@ -228,7 +243,7 @@ class Recording:
             return
         self.actions.append(("zero", found[0]))
 
-    def launch(self, run, function, packed, grid, args) -> None:
+    def launch(self, run, head, grid, args) -> None:
         args, pointers = list(args), []
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
@@ -242,7 +257,7 @@ class Recording:
                 pointers.append((i, *found))
                 args[i] = None
         grid = tuple(grid) + (1,) * (3 - len(grid))
-        self.actions.append(("launch", run, function, packed, grid, args, tuple(pointers)))
+        self.actions.append(("launch", run, head, grid, args, tuple(pointers)))
 
 
 class _Watch(TorchDispatchMode):
@@ -272,7 +287,8 @@ class Plan:
     """A recorded launch() of one signature, replayed on that signature's tensors. The workspaces
     it allocated come from one block of memory (two where some are zeroed: a torch.zeros for those
     zeroed before any kernel ran): an allocation from torch's caching allocator costs about as much
-    host time as a launch, and matmul's split-K step made two a call even where nothing splits."""
+    host time as a launch, and matmul's split-K step made two a call even where nothing splits.
+    The plain block is the stream's scratch (scratch()) when it fits there: no allocation at all."""
 
     ALIGN = 256  # bytes: each workspace starts where a fresh allocation would be aligned enough
 
@@ -304,20 +320,20 @@ class Plan:
 
     def __call__(self, args) -> None:
         plain, zeroed = self.sizes
-        blocks = (_empty(plain, dtype=_BYTE, device=self.device) if plain else None,
+        stream = _C._cuda_getCurrentRawStream(self.device.index)
+        blocks = (scratch(self.device, stream, plain) if plain else None,
                   _zeros(zeroed, dtype=_BYTE, device=self.device) if zeroed else None)
         # each base's address: the call's tensors, then each allocation in its block
-        stream = _C._cuda_getCurrentRawStream(self.device.index)
         address = [t.data_ptr() for t in args[:self.tensors]]
         address += [_ticket_buffer(self.device, stream, offset).data_ptr() if block is None
                     else blocks[block].data_ptr() + offset if size else 0 for block, offset, size in self.where]
         for action in self.actions:
             if action[0] == "launch":
-                _, run, function, packed, grid, kernel_args, pointers = action
+                _, run, head, grid, kernel_args, pointers = action
                 kernel_args = list(kernel_args)
                 for i, base, offset in pointers:
                     kernel_args[i] = address[base] + offset
-                run(grid[0], grid[1], grid[2], stream, function, packed, None, None, None, *kernel_args)
+                run(grid[0], grid[1], grid[2], stream, *head, *kernel_args)
             elif action[1] < self.tensors:  # an output the launch zeroes
                 args[action[1]].zero_()
             else:  # a workspace zeroed again after a kernel used it (an empty one has no block)
@@ -328,6 +344,32 @@ class Plan:
 
 _BYTE = torch.uint8
 _empty, _zeros = torch.empty, torch.zeros
+
+
+# ---- scratch: one kept buffer per stream for the replayed calls' plain workspaces -----------------
+# A replayed call's plain workspaces (partial rows, split-K partials, placeholders) are written and
+# read by that call's own kernels only, and launches on one stream run one after another: so every
+# call replayed on a stream can use the same memory, allocated once. Larger blocks are allocated
+# per call (their kernels take far longer than an allocation does). A buffer outgrown is kept, not
+# freed: a CUDA graph captured while it was the stream's scratch still points into it. As with
+# the tickets below, graphs captured on one stream must not be replayed at the same time on two.
+
+SCRATCH_MOST = 16 << 20  # bytes: a stream's scratch buffer at most
+_SCRATCH: dict = {}
+
+
+def scratch(device: torch.device, stream: int, nbytes: int) -> torch.Tensor:
+    """At least nbytes of uint8 memory for one replayed call on `stream`: the stream's kept buffer
+    (grown, to twice its size at least, when too small), or a fresh allocation past SCRATCH_MOST."""
+    if nbytes > SCRATCH_MOST:
+        return _empty(nbytes, dtype=_BYTE, device=device)
+    kept = _SCRATCH.get((device, stream))
+    if kept and kept[-1].numel() >= nbytes:
+        return kept[-1]
+    size = min(max(nbytes, 2 * kept[-1].numel() if kept else 0), SCRATCH_MOST)
+    buffer = _empty(size, dtype=_BYTE, device=device)
+    _SCRATCH.setdefault((device, stream), []).append(buffer)
+    return buffer
 
 
 # ---- tickets: counters that a kernel leaves at zero ------------------------------------------------

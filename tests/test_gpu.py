@@ -77,6 +77,44 @@ def test_repeated_calls_launch_from_the_cache(gen, v, direction):
             assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out, direction=direction), direction)
 
 
+SPLIT_SOFTMAX = [v for v in VARIANTS if v.op == "softmax" and v.backend == "triton" and v.name in ("split_row", "aligned_windows")]
+
+
+@pytest.mark.parametrize("v", SPLIT_SOFTMAX, ids=lambda v: v.label)
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_split_softmax_counters_left_at_zero(gen, v, direction):
+    """Triton softmax steps 4-5 split long rows over programs that meet on counters
+    (triton_launch.tickets, zeroed once per stream): launches one after another, on a side stream
+    and as a CUDA graph's replays must each match, and leave every counter at zero. Row counts
+    past the 1,024 counters a program clears at once, and a row length with an odd stride."""
+    from rosetta.triton_launch import _TICKETS
+
+    launch = rosetta.torch_ops.raw_launcher(v, direction)
+    for shape in ((3, 131075), (1100, 33001)):
+        inputs = make_inputs("softmax", shape, torch.bfloat16, GPU, gen, direction)
+
+        def check(run):
+            out = poisoned_output("softmax", inputs, direction)
+            run(out)
+            torch.cuda.synchronize()
+            assert_matches_reference(v, inputs, out, direction)
+            assert not any(t.any() for t in _TICKETS.values())
+
+        for _ in range(2):
+            check(lambda out: launch(*inputs, out))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            check(lambda out: launch(*inputs, out))
+        torch.cuda.current_stream().wait_stream(side)
+        captured = poisoned_output("softmax", inputs, direction)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            launch(*inputs, captured)
+        for _ in range(2):
+            check(lambda o: (graph.replay(), o.copy_(captured)))
+
+
 def test_split_k_fixup_counters_per_stream_and_in_graphs(gen):
     """Triton matmul step 9's counters (triton_launch.tickets) are one buffer per stream, zeroed once:
     launches on the default stream, on a side stream and as the replays of a CUDA graph captured on

@@ -15,6 +15,7 @@ def body(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr, EVEN: tl.constexpr = Tr
 
 
 KERNEL = Launcher(JITFunction(body))
+HEAD = ("fn", "meta", None, None, None)  # what a fake launcher's run takes between the stream and the args
 
 
 def key(*args, **kwargs):
@@ -84,7 +85,7 @@ def test_replay_reallocates_rezeroes_and_relaunches_with_pointers(monkeypatch):
     def launch(x, out, eps):  # a step's launch(): a workspace, zeroed tickets, views, one kernel
         work = torch.empty(16)
         tickets = torch.zeros(4, dtype=torch.int32)
-        triton_launch._recording.launch(run, "fn", "meta", (3,), [x.view(-1)[2:], out, work, tickets, 5, eps, None])
+        triton_launch._recording.launch(run, HEAD, (3,), [x.view(-1)[2:], out, work, tickets, 5, eps, None])
 
     x, out = torch.arange(8.0).view(2, 4), torch.empty(8)
     plan = recorded(launch, (x, out, 0.5), 2)
@@ -112,10 +113,10 @@ def test_a_launch_that_does_more_is_not_recorded():
         knobs.runtime.launch_enter_hook(None)
 
     def unknown_pointer(x, out):  # a tensor that is no input, output or workspace of this call
-        triton_launch._recording.launch(print, "fn", "meta", (1,), [STRAY])
+        triton_launch._recording.launch(print, HEAD, (1,), [STRAY])
 
     def plain(x, out):  # recordable on its own
-        triton_launch._recording.launch(print, "fn", "meta", (1,), [x, out])
+        triton_launch._recording.launch(print, HEAD, (1,), [x, out])
 
     x, out = torch.ones(4), torch.empty(4)
     for launch in (other_op, tritons_own_path, unknown_pointer):
@@ -141,7 +142,7 @@ def test_a_signature_is_recorded_once_then_replayed(monkeypatch):
 
     def launch(x, out, eps):  # a step's launch(): host work, then one kernel
         recorded_calls.append(eps)
-        triton_launch._recording.launch(run, "fn", "meta", (1,), [x, out, eps])
+        triton_launch._recording.launch(run, HEAD, (1,), [x, out, eps])
 
     replay = triton_launch.Replay(launch, torch.device("cuda", 0), 2)
     x, out = torch.ones(4), torch.empty(4)
@@ -162,7 +163,7 @@ def test_plan_lays_workspaces_out_in_one_block():
                          ("alloc", 28),  # base 3: zeroed
                          ("zero", 3),
                          ("alloc", 0),  # base 4: empty
-                         ("launch", None, None, None, (1, 1, 1), (), ()),
+                         ("launch", None, HEAD, (1, 1, 1), (), ()),
                          ("zero", 2)]
     plan = Plan(recording, torch.device("cpu"), 2)
     assert plan.where == [(0, 0, 60), (1, 0, 28), (0, 256, 0)]
@@ -182,7 +183,7 @@ def test_plan_of_empty_workspaces_allocates_nothing(monkeypatch):
 
     def launch(x):
         work = torch.empty(0)
-        triton_launch._recording.launch(run, "fn", "meta", (1,), [x, work])
+        triton_launch._recording.launch(run, HEAD, (1,), [x, work])
 
     plan = recorded(launch, (torch.ones(4),), 1)
     assert plan.sizes == [0, 0]
@@ -221,10 +222,64 @@ def test_tickets_one_zeroed_buffer_per_stream_asked_again_on_replay(monkeypatch)
         launched.append(args)
 
     def launch(x):
-        triton_launch._recording.launch(run, "fn", "meta", (1,), [x, triton_launch.tickets(x, 10)])
+        triton_launch._recording.launch(run, HEAD, (1,), [x, triton_launch.tickets(x, 10)])
 
     plan = recorded(launch, (x,), 1)
     assert plan.where == [(None, 10, 0)] and plan.sizes == [0, 0]  # no block: not the call's memory
     launched.clear()
     plan((x,))
     assert launched == [(x.data_ptr(), triton_launch._TICKETS[(x.device, 7)].data_ptr())]  # stream 7's own
+
+
+def test_replayed_plain_workspaces_use_the_streams_scratch(monkeypatch):
+    """The plain block is the stream's kept scratch buffer: the same memory on every replay on one
+    stream, another buffer on another stream; an outgrown buffer is kept (a captured graph may point
+    into it), and a block past SCRATCH_MOST is allocated per call."""
+    from rosetta import triton_launch
+
+    monkeypatch.setattr(triton_launch, "_SCRATCH", {})
+    cpu = torch.device("cpu")
+    first = triton_launch.scratch(cpu, 7, 300)
+    assert first.dtype == torch.uint8 and first.numel() >= 300
+    assert triton_launch.scratch(cpu, 7, 100) is first  # smaller: the same buffer
+    assert triton_launch.scratch(cpu, 8, 100) is not first  # stream 8's own
+    grown = triton_launch.scratch(cpu, 7, 1000)
+    assert grown.numel() >= max(1000, 2 * first.numel())
+    assert triton_launch._SCRATCH[(cpu, 7)] == [first, grown]  # the outgrown one kept
+    huge = triton_launch.SCRATCH_MOST + 1
+    assert triton_launch.scratch(cpu, 7, huge) is not triton_launch.scratch(cpu, 7, huge)
+    assert triton_launch._SCRATCH[(cpu, 7)][-1] is grown
+
+    monkeypatch.setattr(triton_launch, "_C", FakeCuda)
+    launched = []
+
+    def run(gx, gy, gz, stream, function, packed, metadata, enter, exit_, *args):
+        launched.append(args)
+
+    def launch(x):
+        triton_launch._recording.launch(run, HEAD, (1,), [x, torch.empty(64)])
+
+    plan = recorded(launch, (torch.ones(4),), 1)
+    launched.clear()
+    plan((torch.ones(4),))
+    plan((torch.ones(4),))
+    assert launched[0][1] == launched[1][1] == triton_launch._SCRATCH[(cpu, 7)][-1].data_ptr()
+
+
+def test_c_launch_skips_tritons_python_wrapper_only_without_scratch():
+    """c_launch: a launcher with no scratch buffers is called through its C function with the
+    flags its wrapper would pass; one with scratch (or of another shape) through the wrapper."""
+    from types import SimpleNamespace
+
+    from rosetta.triton_launch import c_launch
+
+    def launcher(scratch):
+        return SimpleNamespace(launch="C", global_scratch_size=scratch, profile_scratch_size=0,
+                               launch_cooperative_grid=False, launch_pdl=True)
+
+    plain = SimpleNamespace(run=launcher(0), function="fn", packed_metadata="meta")
+    assert c_launch(plain) == ("C", ("fn", False, True, None, None, "meta", None, None, None))
+    scratchy = SimpleNamespace(run=launcher(64), function="fn", packed_metadata="meta")
+    assert c_launch(scratchy) == (scratchy.run, ("fn", "meta", None, None, None))
+    other = SimpleNamespace(run=print, function="fn", packed_metadata="meta")
+    assert c_launch(other) == (print, HEAD)

@@ -53,6 +53,7 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count, wait_for_peers
+from rosetta.triton_launch import tickets  # counters the kernel leaves at zero: one buffer per stream
 
 MAX_TILE = {1: 32768, 2: 16384}  # step 4's register tiles (window positions a program holds)
 SPLIT_BYTES = 16384  # a forward chunk: 16 KB of input
@@ -67,6 +68,18 @@ def _claim(sync_ptr, rows, chunks, SPLIT: tl.constexpr):
     else:
         unit = tl.program_id(0)
     return (unit // chunks).to(tl.int64), unit % chunks
+
+
+@triton.jit
+def _leave(sync_ptr, rows):
+    """A split launch's counters back at zero for the next launch on the stream (they are
+    triton_launch.tickets, zeroed once): each program counts itself out once past its row's wait,
+    its last read of a counter; the last one out zeroes the row counters, the ticket counter and
+    this one."""
+    if tl.atomic_add(sync_ptr + rows + 1, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+        for start in range(0, rows + 2, 1024):
+            i = start + tl.arange(0, 1024)
+            tl.store(sync_ptr + i, tl.zeros([1024], tl.int32), mask=i < rows + 2)
 
 
 @triton.jit
@@ -106,7 +119,7 @@ def softmax_window_kernel(
     x_ptr,  # input, rows x cols, unit column stride
     out_ptr,  # output, contiguous rows x cols
     part_ptr,  # float32[2, rows, chunks]: each chunk's max, then its sum of exp(x - max)
-    sync_ptr,  # int32[rows + 1], zeroed: per-row arrival counters, then the ticket counter
+    sync_ptr,  # int32[rows + 2] at zero, left at zero: per-row arrival counters, the ticket counter, the programs out
     rows,
     cols,
     x_row_stride,
@@ -169,6 +182,7 @@ def softmax_window_kernel(
         tl.store(m_part + chunk, tl.max(m, axis=0))
         tl.store(d_part + chunk, tl.sum(d, axis=0))
         wait_for_peers(sync_ptr + row, chunks)
+        _leave(sync_ptr, rows)
         ms = tl.load(m_part + k, mask=k < chunks, other=-float("inf"), cache_modifier=".cg")
         ds = tl.load(d_part + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
         m_row = tl.max(ms, axis=0)
@@ -197,7 +211,7 @@ def softmax_window_backward_kernel(
     dy_ptr,  # gradient of the output, rows x cols, unit column stride
     dx_ptr,  # gradient of the input, contiguous rows x cols
     part_ptr,  # float32[rows, chunks]: each chunk's partial dot
-    sync_ptr,  # int32[rows + 1], zeroed
+    sync_ptr,  # int32[rows + 2] at zero, left at zero (as the forward's)
     rows,
     cols,
     y_row_stride,
@@ -256,6 +270,7 @@ def softmax_window_backward_kernel(
         k = tl.arange(0, CHUNKS_P2)
         tl.store(part_ptr + row * chunks + chunk, tl.sum(dot, axis=0))
         wait_for_peers(sync_ptr + row, chunks)
+        _leave(sync_ptr, rows)
         parts = tl.load(part_ptr + row * chunks + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
         dot = tl.zeros([ROWS], tl.float32) + tl.sum(parts, axis=0)
     body = (q >= body_lo[:, None]) & (q < body_hi[:, None]) & live[:, None]
@@ -333,14 +348,14 @@ def with_edges(meta, edges, v):
     return dict(meta, V=v, EDGES=edges, EDGE_LANES=lanes)
 
 
-def _workspace(meta, rows, chunks, partials, device):
-    """The partials and the counters of a split launch; unread one-element placeholders otherwise
-    (distinct tensors: torch.compile's analysis of a user kernel's mutations takes one tensor
-    passed as several arguments badly)."""
+def _workspace(meta, rows, chunks, partials, like):
+    """The partials and the counters (tickets: left at zero) of a split launch; unread one-element
+    placeholders otherwise (distinct tensors: torch.compile's analysis of a user kernel's mutations
+    takes one tensor passed as several arguments badly)."""
+    device = like.device
     if not meta["SPLIT"]:
         return torch.empty(1, dtype=torch.float32, device=device), torch.empty(1, dtype=torch.int32, device=device)
-    return (torch.empty(partials * rows * chunks, dtype=torch.float32, device=device),
-            torch.zeros(rows + 1, dtype=torch.int32, device=device))
+    return torch.empty(partials * rows * chunks, dtype=torch.float32, device=device), tickets(like, rows + 2)
 
 
 def launch(x, out):
@@ -349,7 +364,7 @@ def launch(x, out):
         return
     mis, window, edges, span = window_of(out, x)
     grid, chunks, chunk_len, meta = plan(rows, span, edges, 1, x)
-    part, sync = _workspace(meta, rows, chunks, 2, x.device)
+    part, sync = _workspace(meta, rows, chunks, 2, x)
     wrap_triton(softmax_window_kernel)[grid](x, out, part, sync, rows, cols, x.stride(0), mis, chunks, chunk_len,
                                              WINDOW=window, **with_edges(meta, edges, 16 // x.element_size()))
 
@@ -360,7 +375,7 @@ def launch_backward(y, dy, dx):
         return
     mis, window, edges, span = window_of(dx, y, dy)
     grid, chunks, chunk_len, meta = plan(rows, span, edges, 2, y)
-    part, sync = _workspace(meta, rows, chunks, 1, y.device)
+    part, sync = _workspace(meta, rows, chunks, 1, y)
     wrap_triton(softmax_window_backward_kernel)[grid](y, dy, dx, part, sync, rows, cols, y.stride(0), dy.stride(0),
                                                       mis, chunks, chunk_len, WINDOW=window,
                                                       **with_edges(meta, edges, 16 // y.element_size()))
