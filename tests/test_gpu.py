@@ -85,8 +85,8 @@ SPLIT_SOFTMAX = [v for v in VARIANTS if v.op == "softmax" and v.backend == "trit
 def test_split_softmax_counters_left_at_zero(gen, v, direction):
     """Triton softmax steps 4-5 split long rows over programs that meet on counters
     (triton_launch.tickets, zeroed once per stream): launches one after another, on a side stream
-    and as a CUDA graph's replays must each match, and leave every counter at zero. Row counts
-    past the 1,024 counters a program clears at once, and a row length with an odd stride."""
+    and as a CUDA graph's replays must each match, and leave every counter at zero; a few rows of
+    many chunks, and many rows (of an odd length) of a few."""
     from rosetta.triton_launch import _TICKETS
 
     launch = rosetta.torch_ops.raw_launcher(v, direction)

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count, wait_for_peers
+from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count
 from rosetta.triton_launch import tickets  # counters the kernel leaves at zero: one buffer per stream
 
 # Register tiles: the longest row one program holds (forward x; backward y and dy): 64 fp32
@@ -50,21 +50,28 @@ def _claim(sync_ptr, rows, chunks, SPLIT: tl.constexpr):
     work is claimed in order, so a program only ever waits for chunks already being worked on."""
     if SPLIT:
         unit = tl.atomic_add(sync_ptr + rows, 1, sem="relaxed")
+        if unit == tl.num_programs(0) - 1:  # the last claim: the ticket counter back at zero
+            tl.atomic_xchg(sync_ptr + rows, 0, sem="relaxed")
     else:
         unit = tl.program_id(0)
     return (unit // chunks).to(tl.int64), unit % chunks
 
 
 @triton.jit
-def _leave(sync_ptr, rows):
-    """A split launch's counters back at zero for the next launch on the stream (they are
-    triton_launch.tickets, zeroed once): each program counts itself out once past its row's wait,
-    its last read of a counter; the last one out zeroes the row counters, the ticket counter and
-    this one."""
-    if tl.atomic_add(sync_ptr + rows + 1, 1, sem="acq_rel") == tl.num_programs(0) - 1:
-        for start in range(0, rows + 2, 1024):
-            i = start + tl.arange(0, 1024)
-            tl.store(sync_ptr + i, tl.zeros([1024], tl.int32), mask=i < rows + 2)
+def _meet(counter_ptr, peers):
+    """common.wait_for_peers, leaving the counter at zero (it is one of triton_launch.tickets,
+    zeroed once): the last of the row's programs to arrive sets it back to zero, and the others
+    wait until it reads `peers` or zero. A waiting program has arrived, so it reads zero only
+    after the last arrival's reset; the last arrival acquires every earlier one and releases the
+    zero, so the partials stored before each arrival are visible to every reader either way."""
+    tl.debug_barrier()  # every thread's partial store is ordered before the release below
+    if tl.atomic_add(counter_ptr, 1, sem="acq_rel") == peers - 1:
+        tl.atomic_xchg(counter_ptr, 0, sem="release")
+    else:
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
+        while (seen != 0) & (seen < peers):
+            seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
+    tl.debug_barrier()  # thread 0 has seen them all: so may the others
 
 
 @triton.jit
@@ -72,7 +79,7 @@ def softmax_split_kernel(
     x_ptr,  # input, rows x cols, unit column stride
     out_ptr,  # output, contiguous rows x cols
     part_ptr,  # float32[2, rows, chunks]: each chunk's max, then its sum of exp(x - max)
-    sync_ptr,  # int32[rows + 2] at zero, left at zero: per-row arrival counters, the ticket counter, the programs out
+    sync_ptr,  # int32[rows + 1] at zero, left at zero: per-row arrival counters, then the ticket counter
     rows,
     cols,
     x_row_stride,
@@ -120,8 +127,7 @@ def softmax_split_kernel(
         d_part = part_ptr + (rows + row) * chunks
         tl.store(m_part + chunk, tl.max(m, axis=0))
         tl.store(d_part + chunk, tl.sum(d, axis=0))
-        wait_for_peers(sync_ptr + row, chunks)
-        _leave(sync_ptr, rows)
+        _meet(sync_ptr + row, chunks)
         # .cg: read the partials from L2, where the other SMs' stores are, never from this L1.
         ms = tl.load(m_part + k, mask=k < chunks, other=-float("inf"), cache_modifier=".cg")
         ds = tl.load(d_part + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
@@ -148,7 +154,7 @@ def softmax_split_backward_kernel(
     dy_ptr,  # gradient of the output, rows x cols, unit column stride
     dx_ptr,  # gradient of the input, contiguous rows x cols
     part_ptr,  # float32[rows, chunks]: each chunk's partial dot
-    sync_ptr,  # int32[rows + 2] at zero, left at zero (as the forward's)
+    sync_ptr,  # int32[rows + 1] at zero, left at zero
     rows,
     cols,
     y_row_stride,
@@ -185,8 +191,7 @@ def softmax_split_backward_kernel(
     if SPLIT:
         k = tl.arange(0, CHUNKS_P2)
         tl.store(part_ptr + row * chunks + chunk, tl.sum(dot, axis=0))
-        wait_for_peers(sync_ptr + row, chunks)
-        _leave(sync_ptr, rows)
+        _meet(sync_ptr + row, chunks)
         parts = tl.load(part_ptr + row * chunks + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
         dot = tl.zeros([ROWS], tl.float32) + tl.sum(parts, axis=0)
     if ONE_TILE:
@@ -251,7 +256,7 @@ def launch(x, out):
     part, sync = torch.empty(1, dtype=torch.float32, device=x.device), torch.empty(1, dtype=torch.int32, device=x.device)
     if meta["SPLIT"]:
         part = torch.empty(2 * rows * chunks, dtype=torch.float32, device=x.device)
-        sync = tickets(x, rows + 2)
+        sync = tickets(x, rows + 1)
     wrap_triton(softmax_split_kernel)[grid](x, out, part, sync, rows, cols, x.stride(0), chunks, chunk_len, **meta)
 
 
@@ -263,6 +268,6 @@ def launch_backward(y, dy, dx):
     part, sync = torch.empty(1, dtype=torch.float32, device=y.device), torch.empty(1, dtype=torch.int32, device=y.device)
     if meta["SPLIT"]:
         part = torch.empty(rows * chunks, dtype=torch.float32, device=y.device)
-        sync = tickets(y, rows + 2)
+        sync = tickets(y, rows + 1)
     wrap_triton(softmax_split_backward_kernel)[grid](y, dy, dx, part, sync, rows, cols, y.stride(0), dy.stride(0),
                                                      chunks, chunk_len, **meta)

@@ -52,7 +52,7 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
-from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count, wait_for_peers
+from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count
 from rosetta.triton_launch import tickets  # counters the kernel leaves at zero: one buffer per stream
 
 MAX_TILE = {1: 32768, 2: 16384}  # step 4's register tiles (window positions a program holds)
@@ -65,21 +65,28 @@ def _claim(sync_ptr, rows, chunks, SPLIT: tl.constexpr):
     """(row, chunk) of this program: split rows take an atomic ticket (step 4's order)."""
     if SPLIT:
         unit = tl.atomic_add(sync_ptr + rows, 1, sem="relaxed")
+        if unit == tl.num_programs(0) - 1:  # the last claim: the ticket counter back at zero
+            tl.atomic_xchg(sync_ptr + rows, 0, sem="relaxed")
     else:
         unit = tl.program_id(0)
     return (unit // chunks).to(tl.int64), unit % chunks
 
 
 @triton.jit
-def _leave(sync_ptr, rows):
-    """A split launch's counters back at zero for the next launch on the stream (they are
-    triton_launch.tickets, zeroed once): each program counts itself out once past its row's wait,
-    its last read of a counter; the last one out zeroes the row counters, the ticket counter and
-    this one."""
-    if tl.atomic_add(sync_ptr + rows + 1, 1, sem="acq_rel") == tl.num_programs(0) - 1:
-        for start in range(0, rows + 2, 1024):
-            i = start + tl.arange(0, 1024)
-            tl.store(sync_ptr + i, tl.zeros([1024], tl.int32), mask=i < rows + 2)
+def _meet(counter_ptr, peers):
+    """common.wait_for_peers, leaving the counter at zero (it is one of triton_launch.tickets,
+    zeroed once): the last of the row's programs to arrive sets it back to zero, and the others
+    wait until it reads `peers` or zero. A waiting program has arrived, so it reads zero only
+    after the last arrival's reset; the last arrival acquires every earlier one and releases the
+    zero, so the partials stored before each arrival are visible to every reader either way."""
+    tl.debug_barrier()  # every thread's partial store is ordered before the release below
+    if tl.atomic_add(counter_ptr, 1, sem="acq_rel") == peers - 1:
+        tl.atomic_xchg(counter_ptr, 0, sem="release")
+    else:
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
+        while (seen != 0) & (seen < peers):
+            seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
+    tl.debug_barrier()  # thread 0 has seen them all: so may the others
 
 
 @triton.jit
@@ -119,7 +126,7 @@ def softmax_window_kernel(
     x_ptr,  # input, rows x cols, unit column stride
     out_ptr,  # output, contiguous rows x cols
     part_ptr,  # float32[2, rows, chunks]: each chunk's max, then its sum of exp(x - max)
-    sync_ptr,  # int32[rows + 2] at zero, left at zero: per-row arrival counters, the ticket counter, the programs out
+    sync_ptr,  # int32[rows + 1] at zero, left at zero: per-row arrival counters, then the ticket counter
     rows,
     cols,
     x_row_stride,
@@ -181,8 +188,7 @@ def softmax_window_kernel(
         d_part = part_ptr + (rows + row) * chunks
         tl.store(m_part + chunk, tl.max(m, axis=0))
         tl.store(d_part + chunk, tl.sum(d, axis=0))
-        wait_for_peers(sync_ptr + row, chunks)
-        _leave(sync_ptr, rows)
+        _meet(sync_ptr + row, chunks)
         ms = tl.load(m_part + k, mask=k < chunks, other=-float("inf"), cache_modifier=".cg")
         ds = tl.load(d_part + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
         m_row = tl.max(ms, axis=0)
@@ -211,7 +217,7 @@ def softmax_window_backward_kernel(
     dy_ptr,  # gradient of the output, rows x cols, unit column stride
     dx_ptr,  # gradient of the input, contiguous rows x cols
     part_ptr,  # float32[rows, chunks]: each chunk's partial dot
-    sync_ptr,  # int32[rows + 2] at zero, left at zero (as the forward's)
+    sync_ptr,  # int32[rows + 1] at zero, left at zero
     rows,
     cols,
     y_row_stride,
@@ -269,8 +275,7 @@ def softmax_window_backward_kernel(
     if SPLIT:
         k = tl.arange(0, CHUNKS_P2)
         tl.store(part_ptr + row * chunks + chunk, tl.sum(dot, axis=0))
-        wait_for_peers(sync_ptr + row, chunks)
-        _leave(sync_ptr, rows)
+        _meet(sync_ptr + row, chunks)
         parts = tl.load(part_ptr + row * chunks + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
         dot = tl.zeros([ROWS], tl.float32) + tl.sum(parts, axis=0)
     body = (q >= body_lo[:, None]) & (q < body_hi[:, None]) & live[:, None]
@@ -355,7 +360,7 @@ def _workspace(meta, rows, chunks, partials, like):
     device = like.device
     if not meta["SPLIT"]:
         return torch.empty(1, dtype=torch.float32, device=device), torch.empty(1, dtype=torch.int32, device=device)
-    return torch.empty(partials * rows * chunks, dtype=torch.float32, device=device), tickets(like, rows + 2)
+    return torch.empty(partials * rows * chunks, dtype=torch.float32, device=device), tickets(like, rows + 1)
 
 
 def launch(x, out):
