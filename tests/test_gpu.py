@@ -77,6 +77,30 @@ def test_repeated_calls_launch_from_the_cache(gen, v, direction):
             assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out, direction=direction), direction)
 
 
+TICKETED = [v for v in VARIANTS if v.backend == "triton"
+            and getattr(rosetta.torch_ops.triton_module(v), "tickets", None) is rosetta.triton_launch.tickets]
+
+
+@pytest.mark.parametrize("v", TICKETED, ids=lambda v: v.label)
+def test_tickets_left_at_zero(gen, v):
+    """A Triton step whose kernels meet on counters from triton_launch.tickets (zeroed once per
+    stream, never again) leaves every counter at zero: each test shape and direction, launched
+    twice (the second launch finds what the first left), matches and leaves no counter set."""
+    from rosetta.triton_launch import _TICKETS
+
+    for direction in SPECS[v.op].directions():
+        for shape in SPECS[v.op].test_shapes:
+            inputs = make_inputs(v.op, shape, v.dtypes[0], GPU, gen, direction)
+            if not fits(v, inputs):
+                continue
+            for _ in range(2):
+                out = poisoned_output(v.op, inputs, direction)
+                v.launch_into(*inputs, out=out, direction=direction)
+                torch.cuda.synchronize()
+                assert_matches_reference(v, inputs, out, direction)
+                assert not any(t.any() for t in _TICKETS.values()), f"{v.label} {direction} {shape}: a counter left set"
+
+
 SPLIT_SOFTMAX = [v for v in VARIANTS if v.op == "softmax" and v.backend == "triton" and v.name in ("split_row", "aligned_windows")]
 
 
