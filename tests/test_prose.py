@@ -71,3 +71,17 @@ def test_typed_figures_skip_predictions_code_and_generated_blocks():
     text = ("**Prediction.** ~2,700 GB/s and 1.2x torch.\n\n**Lesson.** 3,053 GB/s, 0.91x torch, 83.0% of peak; "
             "`BLOCK=4x` and 4 x 16 KB.\n\n<!-- rosetta:begin a -->\n| 12.5 us |\n<!-- rosetta:end a -->\n")
     assert [f for _, f in prose.typed_figures(text)] == ["3,053 GB/s", "0.91x", "83.0% of"]
+
+
+def test_suite_statistics_render_from_the_records():
+    """{{suite OP BACKEND DTYPE STAT}}: the kernel geomean, the eager geomean over every case and over
+    those where torch's own call takes >= 20 us, and the worst eager case among those."""
+    def case(shape, graph, eager, torch_call_ms):
+        return {"dtype": "float32", "shape": shape, "graph": graph, "eager": eager, "torch_call_ms": torch_call_ms,
+                "dispatch": 1.0, "step": 5, "fastest": 5}
+
+    records = [case("8x1000", 2.0, 0.5, 0.010), case("4096x4096", 1.0, 2.0, 0.050), case("4096x50257", 1.0, 0.5, 0.400)]
+    data = prose.Data(ROWS, [], {("softmax", "triton"): records})
+    values = [prose.render("{{suite softmax triton all " + stat + "}}", data).split("-->")[1].split("<!--")[0]
+              for stat in ("geomean", "eager", "eager-slow", "worst-eager")]
+    assert values == ["1.26x", "0.79x", "1.00x", "0.50x (float32 4096x50257)"]

@@ -173,6 +173,13 @@ class Data:
             return f"{s['graph_geomean']:.2f}x"
         if stat == "eager":
             return f"{s['eager_geomean']:.2f}x"
+        if stat == "eager-slow":  # over the cases where torch's own call takes >= 20 us
+            return f"{s['eager_slow_geomean']:.2f}x"
+        if stat == "worst-eager":
+            w = s["worst_eager"]
+            if w is None:
+                raise ValueError(f"no case of {op} {backend} {dtype} where torch's call takes >= 20 us")
+            return f"{w['eager']:.2f}x ({w['dtype']} {w['shape']})"
         if stat == "held":
             return f"{s['graph_held']:.0%}"
         if stat == "cases":

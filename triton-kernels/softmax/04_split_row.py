@@ -7,7 +7,10 @@ Changed:  a row longer than a register tile is cut into chunks, one program each
           and writes its chunk from registers. Short rows: step 1's single load (several rows
           per program below 1,024 elements); the backward's loads are evict-last when dx
           overflows the L2, evict-first when only y and dy do (CUDA step 5's L2 hints). Tiles,
-          warps and rows per program: a host table.
+          warps and rows per program: a host table. The counters are triton_launch.tickets,
+          zeroed once per stream: the last of a row's programs to arrive sets the row's back to
+          zero and the last claim the ticket counter (since run f5c6fd60df7a; before, a zeroed
+          buffer a call, whose fill launch was a third of an eager call's host time).
 Why:      4,096 rows of 262,144 fp32 are 1 MB each: too big for one SM's registers, so steps
           2-3 read every row twice (8 GB of traffic for 4 GB out, <= 2,000 GB/s). Chunks of
           16 KB fit, and the whole machine works on a few rows at a time: 1 read +
