@@ -82,7 +82,8 @@ def test_ladder_table_in_teaching_order(rows):
     table = tables.ladder_table(rows, "reduce_sum", "forward", "268435456", "float32")
     names = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
     assert names[:3] == ["torch/eager", "torch/compile", "cub/device_reduce"]
-    assert names[3:] == [v.label.split("/", 1)[1] for v in rosetta.variants("reduce_sum")]
+    measured = {r["label"] for r in rows}  # the fixture's run: steps added since have no rows there
+    assert names[3:] == [v.label.split("/", 1)[1] for v in rosetta.variants("reduce_sum") if v.label in measured]
     eager = next(line for line in table.splitlines() if line.startswith("| torch/eager"))
     assert "| 1.000x |" in eager
 
