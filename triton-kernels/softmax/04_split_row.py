@@ -37,6 +37,7 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count
+from rosetta.triton_kernels.row_split import claim, meet  # counters left at zero
 from rosetta.triton_launch import tickets  # counters the kernel leaves at zero: one buffer per stream
 
 # Register tiles: the longest row one program holds (forward x; backward y and dy): 64 fp32
@@ -45,36 +46,6 @@ MAX_TILE = {1: 32768, 2: 16384}
 SPLIT_BYTES = 16384  # a forward chunk: 16 KB of input (4,096 fp32, 8,192 bf16/fp16)
 SPLIT_TILE_BACKWARD = 4096  # a backward chunk: 4,096 elements of y and of dy
 # 16 values per thread and tensor (~90 registers): 2-3 programs per SM overlap each other's waits.
-
-
-@triton.jit
-def _claim(sync_ptr, rows, chunks, SPLIT: tl.constexpr):
-    """Which (row, chunk) this program does. Split rows take an atomic ticket (sync_ptr[rows]):
-    work is claimed in order, so a program only ever waits for chunks already being worked on."""
-    if SPLIT:
-        unit = tl.atomic_add(sync_ptr + rows, 1, sem="relaxed")
-        if unit == tl.num_programs(0) - 1:  # the last claim: the ticket counter back at zero
-            tl.atomic_xchg(sync_ptr + rows, 0, sem="relaxed")
-    else:
-        unit = tl.program_id(0)
-    return (unit // chunks).to(tl.int64), unit % chunks
-
-
-@triton.jit
-def _meet(counter_ptr, peers):
-    """common.wait_for_peers, leaving the counter at zero (it is one of triton_launch.tickets,
-    zeroed once): the last of the row's programs to arrive sets it back to zero, and the others
-    wait until it reads `peers` or zero. A waiting program has arrived, so it reads zero only
-    after the last arrival's reset; the last arrival acquires every earlier one and releases the
-    zero, so the partials stored before each arrival are visible to every reader either way."""
-    tl.debug_barrier()  # every thread's partial store is ordered before the release below
-    if tl.atomic_add(counter_ptr, 1, sem="acq_rel") == peers - 1:
-        tl.atomic_xchg(counter_ptr, 0, sem="release")
-    else:
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
-        while (seen != 0) & (seen < peers):
-            seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
-    tl.debug_barrier()  # thread 0 has seen them all: so may the others
 
 
 @triton.jit
@@ -94,7 +65,7 @@ def softmax_split_kernel(
     ONE_TILE: tl.constexpr,  # chunk_len == BLOCK: the chunk stays in registers
     CHUNKS_P2: tl.constexpr,  # next_power_of_2(chunks)
 ):
-    row, chunk = _claim(sync_ptr, rows, chunks, SPLIT)
+    row, chunk = claim(sync_ptr, rows, chunks, SPLIT)
     r = row * ROWS + tl.arange(0, ROWS)  # 64-bit: r * stride passes 2^31 on big inputs
     c = chunk * chunk_len + tl.arange(0, BLOCK)
     x_rows = x_ptr + r[:, None] * x_row_stride
@@ -130,7 +101,7 @@ def softmax_split_kernel(
         d_part = part_ptr + (rows + row) * chunks
         tl.store(m_part + chunk, tl.max(m, axis=0))
         tl.store(d_part + chunk, tl.sum(d, axis=0))
-        _meet(sync_ptr + row, chunks)
+        meet(sync_ptr + row, chunks)
         # .cg: read the partials from L2, where the other SMs' stores are, never from this L1.
         ms = tl.load(m_part + k, mask=k < chunks, other=-float("inf"), cache_modifier=".cg")
         ds = tl.load(d_part + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
@@ -171,7 +142,7 @@ def softmax_split_backward_kernel(
     CHUNKS_P2: tl.constexpr,
     EVICT: tl.constexpr,  # "evict_first", "evict_last" or "": the L2 policy of y's and dy's lines (l2_policy())
 ):
-    row, chunk = _claim(sync_ptr, rows, chunks, SPLIT)
+    row, chunk = claim(sync_ptr, rows, chunks, SPLIT)
     r = row * ROWS + tl.arange(0, ROWS)
     c = chunk * chunk_len + tl.arange(0, BLOCK)
     y_rows = y_ptr + r[:, None] * y_row_stride
@@ -194,7 +165,7 @@ def softmax_split_backward_kernel(
     if SPLIT:
         k = tl.arange(0, CHUNKS_P2)
         tl.store(part_ptr + row * chunks + chunk, tl.sum(dot, axis=0))
-        _meet(sync_ptr + row, chunks)
+        meet(sync_ptr + row, chunks)
         parts = tl.load(part_ptr + row * chunks + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
         dot = tl.zeros([ROWS], tl.float32) + tl.sum(parts, axis=0)
     if ONE_TILE:

@@ -53,40 +53,12 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from rosetta.triton_kernels.common import INTERPRET, cdiv, next_power_of_2, sm_count
+from rosetta.triton_kernels.row_split import claim, meet  # counters left at zero
 from rosetta.triton_launch import tickets  # counters the kernel leaves at zero: one buffer per stream
 
 MAX_TILE = {1: 32768, 2: 16384}  # step 4's register tiles (window positions a program holds)
 SPLIT_BYTES = 16384  # a forward chunk: 16 KB of input
 SPLIT_TILE_BACKWARD = 4096  # a backward chunk: 4,096 positions of y and of dy
-
-
-@triton.jit
-def _claim(sync_ptr, rows, chunks, SPLIT: tl.constexpr):
-    """(row, chunk) of this program: split rows take an atomic ticket (step 4's order)."""
-    if SPLIT:
-        unit = tl.atomic_add(sync_ptr + rows, 1, sem="relaxed")
-        if unit == tl.num_programs(0) - 1:  # the last claim: the ticket counter back at zero
-            tl.atomic_xchg(sync_ptr + rows, 0, sem="relaxed")
-    else:
-        unit = tl.program_id(0)
-    return (unit // chunks).to(tl.int64), unit % chunks
-
-
-@triton.jit
-def _meet(counter_ptr, peers):
-    """common.wait_for_peers, leaving the counter at zero (it is one of triton_launch.tickets,
-    zeroed once): the last of the row's programs to arrive sets it back to zero, and the others
-    wait until it reads `peers` or zero. A waiting program has arrived, so it reads zero only
-    after the last arrival's reset; the last arrival acquires every earlier one and releases the
-    zero, so the partials stored before each arrival are visible to every reader either way."""
-    tl.debug_barrier()  # every thread's partial store is ordered before the release below
-    if tl.atomic_add(counter_ptr, 1, sem="acq_rel") == peers - 1:
-        tl.atomic_xchg(counter_ptr, 0, sem="release")
-    else:
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
-        while (seen != 0) & (seen < peers):
-            seen = tl.atomic_add(counter_ptr, 0, sem="acquire")
-    tl.debug_barrier()  # thread 0 has seen them all: so may the others
 
 
 @triton.jit
@@ -143,7 +115,7 @@ def softmax_window_kernel(
     EDGES: tl.constexpr,  # some row has a partial group at an end (window_of)
     EDGE_LANES: tl.constexpr,  # lanes of the edge tile: max(2V, threads / ROWS)
 ):
-    row, chunk = _claim(sync_ptr, rows, chunks, SPLIT)
+    row, chunk = claim(sync_ptr, rows, chunks, SPLIT)
     r = row * ROWS + tl.arange(0, ROWS)  # 64-bit: r * stride passes 2^31 on big inputs
     live = r < rows
     h, x_off = _window(r, x_row_stride, mis, V, WINDOW)
@@ -188,7 +160,7 @@ def softmax_window_kernel(
         d_part = part_ptr + (rows + row) * chunks
         tl.store(m_part + chunk, tl.max(m, axis=0))
         tl.store(d_part + chunk, tl.sum(d, axis=0))
-        _meet(sync_ptr + row, chunks)
+        meet(sync_ptr + row, chunks)
         ms = tl.load(m_part + k, mask=k < chunks, other=-float("inf"), cache_modifier=".cg")
         ds = tl.load(d_part + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
         m_row = tl.max(ms, axis=0)
@@ -236,7 +208,7 @@ def softmax_window_backward_kernel(
     EDGE_LANES: tl.constexpr,
     EVICT: tl.constexpr,  # the L2 policy of the single-tile path's y and dy loads (step 4's l2_policy)
 ):
-    row, chunk = _claim(sync_ptr, rows, chunks, SPLIT)
+    row, chunk = claim(sync_ptr, rows, chunks, SPLIT)
     r = row * ROWS + tl.arange(0, ROWS)
     live = r < rows
     h, y_off = _window(r, y_row_stride, mis, V, WINDOW)
@@ -275,7 +247,7 @@ def softmax_window_backward_kernel(
     if SPLIT:
         k = tl.arange(0, CHUNKS_P2)
         tl.store(part_ptr + row * chunks + chunk, tl.sum(dot, axis=0))
-        _meet(sync_ptr + row, chunks)
+        meet(sync_ptr + row, chunks)
         parts = tl.load(part_ptr + row * chunks + k, mask=k < chunks, other=0.0, cache_modifier=".cg")
         dot = tl.zeros([ROWS], tl.float32) + tl.sum(parts, axis=0)
     body = (q >= body_lo[:, None]) & (q < body_hi[:, None]) & live[:, None]
