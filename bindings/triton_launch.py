@@ -403,11 +403,16 @@ def tickets(like: torch.Tensor, count: int) -> torch.Tensor:
     return buffer
 
 
+_OUTGROWN: list = []  # ticket buffers a larger one replaced: kept, as the scratch buffers are
+
+
 def _ticket_buffer(device: torch.device, stream: int, count: int) -> torch.Tensor:
     buffer = _TICKETS.get((device, stream))
     if buffer is None or buffer.numel() < count:
-        # a larger buffer replaces a smaller one; kernels queued on this stream before may still use
-        # the old one, whose memory torch's allocator hands out again only after them
+        # a larger buffer replaces a smaller one, which is kept (still zero): a CUDA graph captured
+        # while it was the stream's buffer still points into it
+        if buffer is not None:
+            _OUTGROWN.append(buffer)
         buffer = _TICKETS[(device, stream)] = torch.zeros(max(count, TICKETS_LEAST), dtype=torch.int32, device=device)
     return buffer
 

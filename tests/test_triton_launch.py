@@ -214,7 +214,9 @@ def test_tickets_one_zeroed_buffer_per_stream_asked_again_on_replay(monkeypatch)
     first = triton_launch.tickets(x, 10)
     assert first.dtype == torch.int32 and first.numel() >= 10 and not first.any()
     assert triton_launch.tickets(x, 10) is first
+    monkeypatch.setattr(triton_launch, "_OUTGROWN", [])
     assert triton_launch.tickets(x, 2 * triton_launch.TICKETS_LEAST).numel() == 2 * triton_launch.TICKETS_LEAST
+    assert triton_launch._OUTGROWN == [first]  # outgrown, kept: a captured graph may point into it
 
     launched = []
 
