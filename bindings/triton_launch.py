@@ -356,6 +356,7 @@ _empty, _zeros = torch.empty, torch.zeros
 
 SCRATCH_MOST = 16 << 20  # bytes: a stream's scratch buffer at most
 _SCRATCH: dict = {}
+_OUTGROWN: list = []  # scratch and ticket buffers a larger one replaced, kept
 
 
 def scratch(device: torch.device, stream: int, nbytes: int) -> torch.Tensor:
@@ -363,12 +364,19 @@ def scratch(device: torch.device, stream: int, nbytes: int) -> torch.Tensor:
     (grown, to twice its size at least, when too small), or a fresh allocation past SCRATCH_MOST."""
     if nbytes > SCRATCH_MOST:
         return _empty(nbytes, dtype=_BYTE, device=device)
-    kept = _SCRATCH.get((device, stream))
-    if kept and kept[-1].numel() >= nbytes:
-        return kept[-1]
-    size = min(max(nbytes, 2 * kept[-1].numel() if kept else 0), SCRATCH_MOST)
-    buffer = _empty(size, dtype=_BYTE, device=device)
-    _SCRATCH.setdefault((device, stream), []).append(buffer)
+    buffer = _SCRATCH.get((device, stream))
+    if buffer is not None and buffer.numel() >= nbytes:
+        return buffer
+    size = min(max(nbytes, 2 * buffer.numel() if buffer is not None else 0), SCRATCH_MOST)
+    return _replace(_SCRATCH, (device, stream), _empty(size, dtype=_BYTE, device=device))
+
+
+def _replace(buffers: dict, key, buffer: torch.Tensor) -> torch.Tensor:
+    """buffers[key] = buffer, the one it replaces kept in _OUTGROWN (a CUDA graph captured while
+    that was the stream's buffer still points into it)."""
+    if key in buffers:
+        _OUTGROWN.append(buffers[key])
+    buffers[key] = buffer
     return buffer
 
 
@@ -403,17 +411,12 @@ def tickets(like: torch.Tensor, count: int) -> torch.Tensor:
     return buffer
 
 
-_OUTGROWN: list = []  # ticket buffers a larger one replaced: kept, as the scratch buffers are
-
-
 def _ticket_buffer(device: torch.device, stream: int, count: int) -> torch.Tensor:
     buffer = _TICKETS.get((device, stream))
     if buffer is None or buffer.numel() < count:
-        # a larger buffer replaces a smaller one, which is kept (still zero): a CUDA graph captured
-        # while it was the stream's buffer still points into it
-        if buffer is not None:
-            _OUTGROWN.append(buffer)
-        buffer = _TICKETS[(device, stream)] = torch.zeros(max(count, TICKETS_LEAST), dtype=torch.int32, device=device)
+        # a larger buffer replaces a smaller one, which is kept (and stays zero)
+        buffer = _replace(_TICKETS, (device, stream),
+                          torch.zeros(max(count, TICKETS_LEAST), dtype=torch.int32, device=device))
     return buffer
 
 

@@ -240,6 +240,7 @@ def test_replayed_plain_workspaces_use_the_streams_scratch(monkeypatch):
     from rosetta import triton_launch
 
     monkeypatch.setattr(triton_launch, "_SCRATCH", {})
+    monkeypatch.setattr(triton_launch, "_OUTGROWN", [])
     cpu = torch.device("cpu")
     first = triton_launch.scratch(cpu, 7, 300)
     assert first.dtype == torch.uint8 and first.numel() >= 300
@@ -247,10 +248,10 @@ def test_replayed_plain_workspaces_use_the_streams_scratch(monkeypatch):
     assert triton_launch.scratch(cpu, 8, 100) is not first  # stream 8's own
     grown = triton_launch.scratch(cpu, 7, 1000)
     assert grown.numel() >= max(1000, 2 * first.numel())
-    assert triton_launch._SCRATCH[(cpu, 7)] == [first, grown]  # the outgrown one kept
+    assert triton_launch._SCRATCH[(cpu, 7)] is grown and triton_launch._OUTGROWN == [first]  # the outgrown one kept
     huge = triton_launch.SCRATCH_MOST + 1
     assert triton_launch.scratch(cpu, 7, huge) is not triton_launch.scratch(cpu, 7, huge)
-    assert triton_launch._SCRATCH[(cpu, 7)][-1] is grown
+    assert triton_launch._SCRATCH[(cpu, 7)] is grown
 
     monkeypatch.setattr(triton_launch, "_C", FakeCuda)
     launched = []
@@ -265,7 +266,7 @@ def test_replayed_plain_workspaces_use_the_streams_scratch(monkeypatch):
     launched.clear()
     plan((torch.ones(4),))
     plan((torch.ones(4),))
-    assert launched[0][1] == launched[1][1] == triton_launch._SCRATCH[(cpu, 7)][-1].data_ptr()
+    assert launched[0][1] == launched[1][1] == triton_launch._SCRATCH[(cpu, 7)].data_ptr()
 
 
 def test_c_launch_skips_tritons_python_wrapper_only_without_scratch():
