@@ -17,8 +17,9 @@ Why:      step 1's pass moved 2 x 2MN bytes. Here the epilogue adds ALU work onl
           ~36 us at K = 4096, ~7 us at K = 768. Predicted: bf16 ~1.03x the bare GEMM at 4096^3,
           fp16 ~1.07x.
 Still:    the consumer warpgroups do their epilogues together, so the tensor cores idle during
-          the GELU math and the stores (ping-pong consumers would overlap one's epilogue with
-          the other's MMAs: the epilogue's share is largest where K is short). The backward is
+          the GELU math and the stores (the epilogue's share is largest where K is short). Step 3
+          overlaps one consumer's epilogue with the other's MMAs (ping-pong) and is slower: its
+          half-size tile costs the mainloop more than the epilogue did. The backward is
           slower than step 1's (H100 4096^3: 645 us against 588): each thread loads its dy
           values one column block at a time behind the mask branches, so a load's latency is
           paid 24-32 times a tile, whatever K (batching them spilled at 168 / 128 registers);

@@ -19,8 +19,15 @@ Why:      in step 2 both consumers reach the epilogue together: the tensor cores
           the work of an m64n256. Predicted (bf16): the epilogue hidden where the mainloop
           keeps its rate: 4096^3 ~180 us (1.01x the bare GEMM, step 2 1.04x), 2048 x 768 x
           3072 ~21 us (step 2 24.6); fp16 (two MUFU ops) gains more.
-Still:    the tile is half of step 2's, so per flop it moves more bytes from L2 and through
-          shared memory; one tile shape for every problem (no 192 x 192, no wave-sized pick).
+Still:    slower than step 2 on every measured shape (run 60533a6f418a, bf16 4096^3: 224.9 us
+          against 183.7; 2048 x 768 x 3072: 25.3 against 24.7): the epilogue is hidden, but the
+          half-size tile is the wall. ncu at 4096^3: 1.46x step 2's L2-to-SM bytes, L2 73% busy
+          (62), tensor pipe 71% active (90), 5x the long-scoreboard stalls of consumers waiting
+          for stages. A consumer owning a whole tile at 128 accumulators a thread is 128 x 128 or
+          64 x 256, and either reads 1.25x the shared-memory operand bytes a flop of step 2's
+          128 x 256 pair. The backward's recompute GEMM trades the same (4096^3: -0.5%). One
+          tile shape for every problem. step=None never picks this step; it stays for its
+          lesson (KERNEL_LOG).
 Limits:   as step 2: M, N, K < 2^31; K = 0 refused before launch (`Min: k`), step 1 takes it.
           Workspace (backward): M x N rounded up to 8 of T (dz) and ceil(M / 64) x N fp32.
 Dtypes:   bfloat16, float16
