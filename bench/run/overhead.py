@@ -2,11 +2,12 @@
 tiny input, beside torch's own call, and each layer under it.
 
 Each call is made CALLS times in a loop with no synchronisation and timed by the host clock, in
-ROUNDS rounds, every layer of a case once a round in turns with torch's call, and the median round's
-mean is reported (single loops on the H100's host moved by up to a factor of three from run to run
-with garbage collections and other processes, and timed one layer after another, each layer saw its
-own part of the host's drift: a plain call could come out slower than the same call with
-requires_grad); the input is tiny, so the GPU finishes each kernel before the next launch arrives
+ROUNDS rounds, every layer of every case once a round in turns (torch's calls among them), and the
+median round's mean is reported (single loops on the H100's host moved by up to a factor of three
+from run to run with garbage collections and other processes, and timed one layer after another,
+each layer saw its own part of the host's drift: a plain call could come out slower than the same
+call with requires_grad; timed one case after another, whole cases did: torch's 64^3 matmul call
+took 16.0 us in one run and 20.7 in the next, while its softmax call went from 8.6 to 7.3); the input is tiny, so the GPU finishes each kernel before the next launch arrives
 and the loop measures the host path alone. Layers, from the outside in: the public call (rosetta.<op>, step=None: the
 cached signature, allocation, the kernel launch; for a Triton step, its recorded launches replayed), the same with requires_grad inputs (an
 autograd.Function around the same kernels), the registered torch op (what torch.compile traces:
@@ -39,8 +40,8 @@ def host_us_in_turns(fns: list, calls_: int = CALLS, rounds: int = ROUNDS) -> li
     return [s * 1e6 for s in timing.host_in_turns(fns, [calls_] * len(fns), rounds)]
 
 
-def layers(op: str, shape, dtype, gen) -> list[tuple[str, str, float]]:
-    """(backend, layer, us) for torch's call and every layer of each backend's public call."""
+def layers(op: str, shape, dtype, gen) -> list[tuple[str, str, object]]:
+    """(backend, layer, call) for torch's call and every layer of each backend's public call."""
     d = SPECS[op].forward
     inputs = d.make_inputs(shape, dtype, "cuda", gen)
     public = getattr(rosetta, op)
@@ -57,30 +58,33 @@ def layers(op: str, shape, dtype, gen) -> list[tuple[str, str, float]]:
         found += [(backend, "registered torch op", lambda b=backend: calls.registered_call(op, b, None, inputs)),
                   (backend, "step choice (select)", lambda b=backend: registry.select(op, b, None, dtype, inputs)),
                   (backend, "raw launch", launch)]
-    times = host_us_in_turns([fn for _, _, fn in found])
-    return [(backend, layer, us) for (backend, layer, _), us in zip(found, times)]
+    return found
 
 
 def run(gen, env: dict, out_dir) -> str:
     rows, lines = [], ["| op | input | backend | layer | host us per call |", "|---|---|---|---|--:|"]
+    subjects = []  # (op, input, backend, layer, call): every case's layers, timed together in turns
     for op, shape, dtype in CASES:
         if op not in rosetta.ops_with_steps():
             continue
         what = f"{str(dtype).removeprefix('torch.')} {'x'.join(map(str, shape))}"
-        for backend, layer, us in layers(op, shape, dtype, gen):
-            print(f"{op:10s} {what:16s} {backend:7s} {layer:28s} {us:8.1f} us", flush=True)
-            lines.append(f"| {op} | {what} | {backend} | {layer} | {us:.1f} |")
-            row = dict.fromkeys(results.COLUMNS)
-            row.update(op=op, direction="forward", backend=backend, name=layer, label=f"{op}/{backend}/{layer}",
-                       dtype=str(dtype).removeprefix("torch."), shape="x".join(map(str, shape)), role="overhead",
-                       layout="", status="ok", p50_ms=us / 1e3, timing=f"host clock, median of {ROUNDS} rounds of {CALLS} calls in turns, no sync",
-                       git_sha=env["git_sha"])
-            rows.append(row)
+        subjects += [(op, shape, dtype, what, backend, layer, fn) for backend, layer, fn in layers(op, shape, dtype, gen)]
+    times = host_us_in_turns([s[-1] for s in subjects])
+    for (op, shape, dtype, what, backend, layer, _), us in zip(subjects, times):
+        print(f"{op:10s} {what:16s} {backend:7s} {layer:28s} {us:8.1f} us", flush=True)
+        lines.append(f"| {op} | {what} | {backend} | {layer} | {us:.1f} |")
+        row = dict.fromkeys(results.COLUMNS)
+        row.update(op=op, direction="forward", backend=backend, name=layer, label=f"{op}/{backend}/{layer}",
+                   dtype=str(dtype).removeprefix("torch."), shape="x".join(map(str, shape)), role="overhead",
+                   layout="", status="ok", p50_ms=us / 1e3,
+                   timing=f"host clock, median of {ROUNDS} rounds of {CALLS} calls, every layer of every case in turns, no sync",
+                   git_sha=env["git_sha"])
+        rows.append(row)
     results.write_rows(out_dir / "overhead.csv", rows, replace_all=True)
     table = "\n".join(lines)
     (out_dir / "overhead.md").write_text(
         "# Host cost per call\n\nGenerated by `python -m rosetta.bench --overhead` (bench/run/overhead.py says "
-        f"how): the median of {ROUNDS} rounds of {CALLS} calls on a tiny input, every layer of an input in turns, no synchronisation, host clock; run {env['git_sha']} on "
+        f"how): the median of {ROUNDS} rounds of {CALLS} calls on a tiny input, every layer of every case in turns, no synchronisation, host clock; run {env['git_sha']} on "
         f"{env['gpu']}. The host's speed moves from run to run, torch's own calls with it: compare a layer with "
         f"torch's call in the same run.\n\n{table}\n")
     return table
