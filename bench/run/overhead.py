@@ -26,6 +26,9 @@ from .. import results
 
 CALLS = 500
 ROUNDS = 7  # the median round is reported
+# WARM_UP: one discarded pass over every layer first. In a fresh process the first pass ran 1.3-1.6x
+# slower than the next on the H100's host, every layer alike (torch's softmax call 11.0-11.5 us, then
+# 7.3-7.5; timing all cases in one set of turns or case by case made no difference, 0-7%).
 CASES = (("softmax", (8, 1000), torch.float32), ("matmul", (64, 64, 64), torch.bfloat16),
          ("vector_add", (1000,), torch.float32), ("reduce_sum", (1000,), torch.float32))
 
@@ -69,6 +72,7 @@ def run(gen, env: dict, out_dir) -> str:
             continue
         what = f"{str(dtype).removeprefix('torch.')} {'x'.join(map(str, shape))}"
         subjects += [(op, shape, dtype, what, backend, layer, fn) for backend, layer, fn in layers(op, shape, dtype, gen)]
+    host_us_in_turns([s[-1] for s in subjects], rounds=2)  # discarded: see WARM_UP
     times = host_us_in_turns([s[-1] for s in subjects])
     for (op, shape, dtype, what, backend, layer, _), us in zip(subjects, times):
         print(f"{op:10s} {what:16s} {backend:7s} {layer:28s} {us:8.1f} us", flush=True)
