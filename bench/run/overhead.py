@@ -72,7 +72,7 @@ def run(gen, env: dict, out_dir) -> str:
             continue
         what = f"{str(dtype).removeprefix('torch.')} {'x'.join(map(str, shape))}"
         subjects += [(op, shape, dtype, what, backend, layer, fn) for backend, layer, fn in layers(op, shape, dtype, gen)]
-    host_us_in_turns([s[-1] for s in subjects], rounds=2)  # discarded: see WARM_UP
+    host_us_in_turns([s[-1] for s in subjects])  # discarded: see WARM_UP
     times = host_us_in_turns([s[-1] for s in subjects])
     for (op, shape, dtype, what, backend, layer, _), us in zip(subjects, times):
         print(f"{op:10s} {what:16s} {backend:7s} {layer:28s} {us:8.1f} us", flush=True)
