@@ -157,6 +157,11 @@ SASS_CLAIMS = [
     # hardware tanh on the MUFU pipe, inside the wgmma kernel that stores by TMA)
     ("linear_gelu/02_fused_epilogue.cu", "I13__nv_bfloat16*BiasGelu", lambda ops: {"MUFU.TANH", "UTMASTG.2D"} <= set(ops)
      and any(o.startswith("HGMMA.64x") for o in ops)),
+    # linear_gelu step 3: "each owns a whole 128 x 128 tile (two m64n128 row blocks)", "B multicast
+    # across the 2-CTA cluster as before", step 2's GELU (MUFU.TANH) and TMA stores
+    ("linear_gelu/03_pingpong_consumers.cu", "gemm_pingpongI13__nv_bfloat16Lb0ELb0E*BiasGelu", lambda ops: {
+        "HGMMA.64x128x16.F32.BF16", "UTMALDG.2D.MULTICAST", "UTMASTG.2D", "MUFU.TANH", "USETMAXREG.DEALLOC.CTAPOOL",
+        "USETMAXREG.TRY_ALLOC.CTAPOOL"} <= set(ops) and not any(o.startswith("HGMMA.64x256") for o in ops)),
     # rms_norm step 3, a row across a cluster of 4: "each warp's lane r st.async's the warp's partial
     # into CTA r's ... wait on its own" (barrier.cluster's MEMBAR.ALL.GPU avoided)
     ("rms_norm/03_pipelined_rows.cu", "rms_norm_rowsI13__nv_bfloat16Li512ELi16ELi4ELb1E", lambda ops: {
