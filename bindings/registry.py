@@ -97,16 +97,18 @@ def _ladder(op: str, backend: str) -> list[Variant]:
 
 def _last_fitting(op: str, backend: str, dtype, inputs: tuple) -> Variant:
     """The rule without a table: the last (most optimized) step that takes `dtype` and whose
-    declared limits the inputs fit (with none left, the last one that takes `dtype` says why)."""
+    declared limits the inputs fit (with none left, the last one that takes `dtype` says why),
+    passing over a step declared slower than an earlier one (`Slower:`) where another fits."""
     ladder = _ladder(op, backend)
     if dtype is None:
-        return ladder[-1]
+        return ([v for v in ladder if not v.slower] or ladder)[-1]
     taking = [v for v in ladder if dtype in v.dtypes]
     if not taking:
         raise ValueError(f"no {op}/{backend} step takes {dtype}; the steps take "
                          f"{sorted({str(d) for v in ladder for d in v.dtypes})}")
     fitting = [v for v in taking if dispatch.fits(v, inputs)] if inputs else taking
-    return (fitting or taking)[-1]
+    fitting = fitting or taking
+    return ([v for v in fitting if not v.slower] or fitting)[-1]
 
 
 def decide(op: str, backend: str, dtype=None, inputs: tuple = (), device=None) -> Decision:

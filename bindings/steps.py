@@ -1,7 +1,7 @@
 """Step discovery: every file `<backend-dir>/<op>/<NN>_<name>.<cu|py>` is a Step record.
 
 Nothing here is a hand-kept list. A step's header (Step/Changed/Why/Still/Limits, and optionally
-Roofline/Dtypes/Layout/Max/Min/Mirrors/Hazard) is parsed from the file's leading comment or docstring: what a step
+Roofline/Dtypes/Layout/Max/Min/Mirrors/Hazard/Slower) is parsed from the file's leading comment or docstring: what a step
 takes is declared once, in its own file. Steps are plain records; running one is dispatch's job.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ SUFFIXES = {"cuda": ".cu", "triton": ".py"}
 STEP_FILE = re.compile(r"^(?P<num>\d\d)_(?P<name>[a-z0-9_]+)$")
 STEP_TITLE = re.compile(r"^Step\s+(?P<num>\d+)\s*[—-]+\s*(?P<title>.+)$")
 REQUIRED_FIELDS = ("Changed", "Why", "Still", "Limits")
-OPTIONAL_FIELDS = ("Roofline", "Dtypes", "Layout", "Max", "Min", "Mirrors", "Hazard")
+OPTIONAL_FIELDS = ("Roofline", "Dtypes", "Layout", "Max", "Min", "Mirrors", "Hazard", "Slower")
 BOUNDS = {"Max": ("<=", re.compile(r"^(?P<quantity>\w+)\s*<=\s*(?P<limit>[\d_,]+)$")),
           "Min": (">=", re.compile(r"^(?P<quantity>\w+)\s*>=\s*(?P<limit>[\d_,]+)$"))}
 
@@ -65,6 +65,9 @@ class Step:
     # ((quantity, min), ...) from its `Min:` line: a step meant for long rows says where it starts
     # (the shapes below are another step's business: the dispatcher's, never this step's)
     minimums: tuple = ()
+    # its `Slower:` line: measured slower than an earlier step wherever it was timed, kept for its
+    # lesson; without a measured table step=None passes it over (the table, where there is one, ranks it)
+    slower: str = ""
 
     @property
     def qualname(self) -> str:
@@ -193,5 +196,6 @@ def discover() -> tuple[Step, ...]:
                                   dtypes=_dtypes(path, fields.get("Dtypes"), spec.dtypes),
                                   layout=layout, bounds=_bounds(path, fields.get("Max"), spec),
                                   header=header, hazard=fields.get("Hazard", ""),
-                                  minimums=_bounds(path, fields.get("Min"), spec, "Min")))
+                                  minimums=_bounds(path, fields.get("Min"), spec, "Min"),
+                                  slower=fields.get("Slower", "")))
     return tuple(found)

@@ -38,7 +38,7 @@ def test_steps_are_contiguous_and_best_is_the_last_without_a_hazard(op, backend)
     ladder = rosetta.variants(op, backend)
     assert ladder, f"{op} has no {backend} ladder"
     assert [v.step for v in ladder] == list(range(1, len(ladder) + 1))
-    safe = [v for v in ladder if not v.hazard]
+    safe = [v for v in ladder if not v.hazard and not v.slower]
     assert rosetta.best(op, backend) is safe[-1]
     for dtype in {d for v in ladder for d in v.dtypes}:
         assert rosetta.best(op, backend, dtype) is [v for v in safe if dtype in v.dtypes][-1]
@@ -140,6 +140,20 @@ def test_predictions_live_in_the_kernel_log_not_the_header(v):
     a second copy in the header drifts from the first."""
     assert "Prediction:" not in (registry.REPO / v.source).read_text()[:4000], \
         f"{v.source}: move the header's prediction to KERNEL_LOG.md"
+
+
+def test_a_step_declared_slower_is_passed_over_without_a_table():
+    """linear_gelu CUDA step 3 (ping-pong) measured slower than step 2 on every H100 shape: with no
+    measured table (CPU tensors, another GPU) step=None takes step 2; by number it runs."""
+    three = rosetta.select("linear_gelu", "cuda", 3)
+    assert "step 2" in three.slower
+    inputs = (torch.ones(64, 32, dtype=torch.bfloat16), torch.ones(32, 48, dtype=torch.bfloat16),
+              torch.ones(48, dtype=torch.bfloat16))
+    assert rosetta.best("linear_gelu", "cuda", torch.bfloat16, inputs).step == 2
+    assert rosetta.select("linear_gelu", "cuda", 3, torch.bfloat16, inputs) is three
+    from rosetta.bench.docs import log, site_step
+    assert f"- **Slower:** {three.slower}" in log.step_block(three, [], [])
+    assert "<dt>Slower</dt>" in site_step.header_html(three)
 
 
 def test_a_hazard_is_shown_wherever_the_step_header_is():

@@ -33,6 +33,8 @@ def step_block(v, rows, ncu_rows, run_sha: str | None = None) -> str:
         text.append(f"- **Mirrors:** {h.mirrors}")
     if v.hazard:
         text.append(f"- **Hazard:** {v.hazard}")
+    if v.slower:
+        text.append(f"- **Slower:** {v.slower}")
     text.append(f"- **Source:** [`{v.source}`]({v.source})")
     if run_sha:
         text.append(f"- **Changed since the run:** the source (or a shared file it uses) differs "

@@ -52,6 +52,8 @@ def header_html(v) -> str:
         fields.append(("Mirrors", h.mirrors))
     if v.hazard:
         fields.append(("Hazard", v.hazard))
+    if v.slower:
+        fields.append(("Slower", v.slower))
     items = "".join(f"<dt>{k}</dt><dd>{escape(t)}</dd>" for k, t in fields)
     return f'<dl class="header">{items}</dl>'
 

@@ -26,13 +26,14 @@ Still:    slower than step 2 on every measured shape (run 60533a6f418a, bf16 409
           for stages. A consumer owning a whole tile at 128 accumulators a thread is 128 x 128 or
           64 x 256, and either reads 1.25x the shared-memory operand bytes a flop of step 2's
           128 x 256 pair. The backward's recompute GEMM trades the same (4096^3: -0.5%). One
-          tile shape for every problem. step=None never picks this step; it stays for its
-          lesson (KERNEL_LOG).
+          tile shape for every problem. It stays for its lesson (KERNEL_LOG); step=None takes
+          it only where a measured table ranks it first (the H100's never does).
 Limits:   as step 2: M, N, K < 2^31; K = 0 refused before launch (`Min: k`), step 1 takes it.
           Workspace (backward): M x N rounded up to 8 of T (dz) and ceil(M / 64) x N fp32.
 Dtypes:   bfloat16, float16
 Layout:   tma
 Min:      k >= 1
+Slower:   than step 2 on every shape measured on the H100 (a lesson, not a default)
 */
 #include "gelu.cuh"
 
