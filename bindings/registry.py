@@ -113,12 +113,16 @@ def _last_fitting(op: str, backend: str, dtype, inputs: tuple) -> Variant:
 
 def decide(op: str, backend: str, dtype=None, inputs: tuple = (), device=None) -> Decision:
     """step=None's choice: from this GPU's measured table (dispatch_table) when it has a case for
-    the op, backend and dtype, else the last step that takes the inputs. A step with a declared
-    hazard (a known way to go wrong) is run only when asked for by number. `device`: where the
+    the op, backend and dtype, else the last step that takes the inputs and is not declared slower
+    than an earlier one. A step with a declared hazard (a known way to go wrong) is run only when
+    asked for by number. `device`: where the
     inputs will run, when they are stand-ins (torch.compile's choice on meta tensors)."""
     def fallback(why: str, alternatives: tuple = ()) -> Decision:
-        return Decision(_last_fitting(op, backend, dtype, inputs), f"the last step that takes the inputs ({why})",
-                        alternatives)
+        chosen = _last_fitting(op, backend, dtype, inputs)
+        passed = [str(v.step) for v in _ladder(op, backend) if v.step > chosen.step and v.slower]
+        past = (f"; step{'s' if len(passed) > 1 else ''} {', '.join(passed)} after it, declared slower, "
+                f"passed over") if passed else ""
+        return Decision(chosen, f"the last step that takes the inputs ({why}){past}", alternatives)
 
     tensors = bool(inputs) and all(isinstance(t, torch.Tensor) for t in inputs)
     if not tensors or dtype is None:

@@ -150,6 +150,7 @@ def test_a_step_declared_slower_is_passed_over_without_a_table():
     inputs = (torch.ones(64, 32, dtype=torch.bfloat16), torch.ones(32, 48, dtype=torch.bfloat16),
               torch.ones(48, dtype=torch.bfloat16))
     assert rosetta.best("linear_gelu", "cuda", torch.bfloat16, inputs).step == 2
+    assert "step 3 after it, declared slower, passed over" in str(rosetta.explain("linear_gelu", *inputs, backend="cuda"))
     assert rosetta.select("linear_gelu", "cuda", 3, torch.bfloat16, inputs) is three
     from rosetta.bench.docs import log, site_step
     assert f"- **Slower:** {three.slower}" in log.step_block(three, [], [])
