@@ -101,22 +101,23 @@ def _last_fitting(op: str, backend: str, dtype, inputs: tuple) -> Variant:
     passing over a step declared slower than an earlier one (`Slower:`) where another fits."""
     ladder = _ladder(op, backend)
     if dtype is None:
-        return ([v for v in ladder if not v.slower] or ladder)[-1]
-    taking = [v for v in ladder if dtype in v.dtypes]
-    if not taking:
-        raise ValueError(f"no {op}/{backend} step takes {dtype}; the steps take "
-                         f"{sorted({str(d) for v in ladder for d in v.dtypes})}")
-    fitting = [v for v in taking if dispatch.fits(v, inputs)] if inputs else taking
-    fitting = fitting or taking
-    return ([v for v in fitting if not v.slower] or fitting)[-1]
+        candidates = ladder
+    else:
+        taking = [v for v in ladder if dtype in v.dtypes]
+        if not taking:
+            raise ValueError(f"no {op}/{backend} step takes {dtype}; the steps take "
+                             f"{sorted({str(d) for v in ladder for d in v.dtypes})}")
+        candidates = [v for v in taking if dispatch.fits(v, inputs)] if inputs else taking
+        candidates = candidates or taking
+    return ([v for v in candidates if not v.slower] or candidates)[-1]
 
 
 def decide(op: str, backend: str, dtype=None, inputs: tuple = (), device=None) -> Decision:
     """step=None's choice: from this GPU's measured table (dispatch_table) when it has a case for
     the op, backend and dtype, else the last step that takes the inputs and is not declared slower
     than an earlier one. A step with a declared hazard (a known way to go wrong) is run only when
-    asked for by number. `device`: where the
-    inputs will run, when they are stand-ins (torch.compile's choice on meta tensors)."""
+    asked for by number. `device`: where the inputs will run, when they are stand-ins
+    (torch.compile's choice on meta tensors)."""
     def fallback(why: str, alternatives: tuple = ()) -> Decision:
         chosen = _last_fitting(op, backend, dtype, inputs)
         passed = [str(v.step) for v in _ladder(op, backend) if v.step > chosen.step and v.slower]

@@ -6,9 +6,11 @@ ROUNDS rounds, every layer of every case once a round in turns (torch's calls am
 median round's mean is reported (single loops on the H100's host moved by up to a factor of three
 from run to run with garbage collections and other processes, and timed one layer after another,
 each layer saw its own part of the host's drift: a plain call could come out slower than the same
-call with requires_grad; timed one case after another, whole cases did: torch's 64^3 matmul call
-took 16.0 us in one run and 20.7 in the next, while its softmax call went from 8.6 to 7.3); the input is tiny, so the GPU finishes each kernel before the next launch arrives
-and the loop measures the host path alone. Layers, from the outside in: the public call (rosetta.<op>, step=None: the
+call with requires_grad; all cases in one set of turns and case by case measured within 0-7% of
+each other in one process). All of it runs twice and the first pass is thrown away: in a fresh
+process the first pass ran 1.3-1.6x slower than the next on the H100's host, every layer alike
+(torch's softmax call 11.0-11.5 us, then 7.3-7.5). The input is tiny, so the GPU finishes each kernel before the next launch arrives and the
+loop measures the host path alone. Layers, from the outside in: the public call (rosetta.<op>, step=None: the
 cached signature, allocation, the kernel launch; for a Triton step, its recorded launches replayed), the same with requires_grad inputs (an
 autograd.Function around the same kernels), the registered torch op (what torch.compile traces:
 step choice, checks, custom-op dispatch), the step choice alone (registry.select) and the raw
@@ -26,9 +28,6 @@ from .. import results
 
 CALLS = 500
 ROUNDS = 7  # the median round is reported
-# WARM_UP: one discarded pass over every layer first. In a fresh process the first pass ran 1.3-1.6x
-# slower than the next on the H100's host, every layer alike (torch's softmax call 11.0-11.5 us, then
-# 7.3-7.5; timing all cases in one set of turns or case by case made no difference, 0-7%).
 CASES = (("softmax", (8, 1000), torch.float32), ("matmul", (64, 64, 64), torch.bfloat16),
          ("vector_add", (1000,), torch.float32), ("reduce_sum", (1000,), torch.float32))
 
@@ -72,8 +71,9 @@ def run(gen, env: dict, out_dir) -> str:
             continue
         what = f"{str(dtype).removeprefix('torch.')} {'x'.join(map(str, shape))}"
         subjects += [(op, shape, dtype, what, backend, layer, fn) for backend, layer, fn in layers(op, shape, dtype, gen)]
-    host_us_in_turns([s[-1] for s in subjects])  # discarded: see WARM_UP
-    times = host_us_in_turns([s[-1] for s in subjects])
+    fns = [s[-1] for s in subjects]
+    host_us_in_turns(fns)  # the first pass, thrown away (the module's docstring says why)
+    times = host_us_in_turns(fns)
     for (op, shape, dtype, what, backend, layer, _), us in zip(subjects, times):
         print(f"{op:10s} {what:16s} {backend:7s} {layer:28s} {us:8.1f} us", flush=True)
         lines.append(f"| {op} | {what} | {backend} | {layer} | {us:.1f} |")
