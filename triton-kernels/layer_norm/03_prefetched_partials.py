@@ -68,13 +68,6 @@ from rosetta.triton_kernels.norm_common import empty_partials, forward_pairs, pa
 
 
 @triton.jit
-def _add_pairs(a0, a1, b0, b1):
-    """The combine of tl.reduce over a pair of tensors: two sums in one reduction (one exchange
-    across the warps, where two tl.sum calls are two)."""
-    return a0 + b0, a1 + b1
-
-
-@triton.jit
 def layer_norm_forward_kernel(
     x_ptr,  # input, rows x cols, unit column stride
     w_ptr,  # weight, (cols,)
@@ -97,58 +90,52 @@ def layer_norm_forward_kernel(
         # Step 1's kernel: a 1-D row (a [1, BLOCK] tile costs registers).
         row = tl.program_id(0).to(tl.int64)  # 64-bit: row * stride passes 2^31 on big inputs
         c_mask = c_offs < cols
+        # other=0: padding adds nothing to the sum. A NaN makes its row NaN.
         x = tl.load(x_ptr + row * x_row_stride + c_offs, mask=c_mask, other=0.0).to(tl.float32)
-        # Shifted sums, as CUDA step 3: d = x - k0 with k0 the row's first element, then sum(d) and
-        # sum(d^2) in one reduction. var = E[d^2] - E[d]^2 holds for any shift; a shift inside the
-        # row's spread keeps the cancellation small (see Still). Padding: d = 0. A NaN makes its
-        # row NaN.
-        k0 = tl.load(x_ptr + row * x_row_stride).to(tl.float32)
-        d = tl.where(c_mask, x - k0, 0.0)
-        s1, s2 = tl.reduce((d, d * d), 0, _add_pairs)
-        mean_d = s1 / cols
-        rstd = tl.rsqrt(tl.maximum(s2 / cols - mean_d * mean_d, 0.0) + eps)
-        tl.store(mean_ptr + row, k0 + mean_d)
+        mean = tl.sum(x, axis=0) / cols
+        # Variance of x - mean from registers (no E[x^2] - E[x]^2 cancellation); padding zeroed
+        # first, else each lane would add mean^2.
+        xc = tl.where(c_mask, x - mean, 0.0)
+        rstd = tl.rsqrt(tl.sum(xc * xc, axis=0) / cols + eps)
+        tl.store(mean_ptr + row, mean)
         tl.store(rstd_ptr + row, rstd)
         w = tl.load(w_ptr + c_offs, mask=c_mask, other=0.0).to(tl.float32)  # after the sums: fewer live
         b = tl.load(b_ptr + c_offs, mask=c_mask, other=0.0).to(tl.float32)
-        y = (d - mean_d) * rstd * w + b
-        tl.store(y_ptr + row * cols + c_offs, y.to(y_ptr.dtype.element_ty), mask=c_mask)
+        tl.store(y_ptr + row * cols + c_offs, (xc * rstd * w + b).to(y_ptr.dtype.element_ty), mask=c_mask)
     elif CHUNK >= BLOCK:
         r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
         r_mask = r < rows
         c_mask = c_offs < cols
         mask = r_mask[:, None] & c_mask[None, :]
         x = tl.load(x_ptr + r[:, None] * x_row_stride + c_offs[None, :], mask=mask, other=0.0).to(tl.float32)
-        k0 = tl.load(x_ptr + r * x_row_stride, mask=r_mask, other=0.0).to(tl.float32)[:, None]
-        d = tl.where(mask, x - k0, 0.0)
-        s1, s2 = tl.reduce((d, d * d), 1, _add_pairs)
-        mean_d = (s1 / cols)[:, None]
-        rstd = tl.rsqrt(tl.maximum(s2[:, None] / cols - mean_d * mean_d, 0.0) + eps)
-        tl.store(mean_ptr + r[:, None], k0 + mean_d, mask=r_mask[:, None])
-        tl.store(rstd_ptr + r[:, None], rstd, mask=r_mask[:, None])
+        mean = tl.sum(x, axis=1) / cols
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / cols + eps)
+        tl.store(mean_ptr + r, mean, mask=r_mask)
+        tl.store(rstd_ptr + r, rstd, mask=r_mask)
         w = tl.load(w_ptr + c_offs, mask=c_mask, other=0.0).to(tl.float32)
         b = tl.load(b_ptr + c_offs, mask=c_mask, other=0.0).to(tl.float32)
-        y = (d - mean_d) * rstd * w[None, :] + b[None, :]
+        y = xc * rstd[:, None] * w[None, :] + b[None, :]
         tl.store(y_ptr + r[:, None] * cols + c_offs[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
     else:
-        # A row in chunks, two passes (the second from L2: a program's rows are a few hundred
-        # KB): the shifted sums, then y.
+        # A row in chunks, three passes (the last two from L2: a program's rows are a few
+        # hundred KB): the mean, the variance of x - mean (still no cancellation), y.
         r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
         r_mask = r < rows
-        k0 = tl.load(x_ptr + r * x_row_stride, mask=r_mask, other=0.0).to(tl.float32)
-        acc1 = tl.zeros([ROWS, CHUNK], tl.float32)
-        acc2 = tl.zeros([ROWS, CHUNK], tl.float32)
+        acc = tl.zeros([ROWS, CHUNK], tl.float32)
+        for c0 in range(0, cols, CHUNK):
+            c = c0 + c_offs
+            mask = r_mask[:, None] & (c < cols)[None, :]
+            acc += tl.load(x_ptr + r[:, None] * x_row_stride + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(acc, axis=1) / cols
+        acc = tl.zeros([ROWS, CHUNK], tl.float32)
         for c0 in range(0, cols, CHUNK):
             c = c0 + c_offs
             mask = r_mask[:, None] & (c < cols)[None, :]
             x = tl.load(x_ptr + r[:, None] * x_row_stride + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            d = tl.where(mask, x - k0[:, None], 0.0)
-            acc1 += d
-            acc2 += d * d
-        s1, s2 = tl.reduce((acc1, acc2), 1, _add_pairs)
-        mean_d = s1 / cols
-        mean = k0 + mean_d
-        rstd = tl.rsqrt(tl.maximum(s2 / cols - mean_d * mean_d, 0.0) + eps)
+            xc = tl.where(mask, x - mean[:, None], 0.0)
+            acc += xc * xc
+        rstd = tl.rsqrt(tl.sum(acc, axis=1) / cols + eps)
         tl.store(mean_ptr + r, mean, mask=r_mask)
         tl.store(rstd_ptr + r, rstd, mask=r_mask)
         for c0 in range(0, cols, CHUNK):
@@ -222,9 +209,8 @@ def layer_norm_backward_kernel(
             dyf = dy.to(tl.float32)
             xhat = tl.where(mask, (x.to(tl.float32) - mean) * rstd, 0.0)
             g = dyf * w[None, :]
-            s_hat, s_one = tl.reduce((g * xhat, g), 1, _add_pairs)  # one exchange across the warps
-            c_hat = s_hat[:, None] / cols
-            c_one = s_one[:, None] / cols
+            c_hat = tl.sum(g * xhat, axis=1)[:, None] / cols
+            c_one = tl.sum(g, axis=1)[:, None] / cols
             dx = rstd * (g - c_one - xhat * c_hat)
             tl.store(dx_ptr + r[:, None] * cols + c_offs[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
             acc_w += dyf * xhat
@@ -257,9 +243,8 @@ def layer_norm_backward_kernel(
                 g = dy * w[None, :]
                 acc_hat += g * tl.where(mask, (x - mean) * rstd, 0.0)
                 acc_one += g
-            s_hat, s_one = tl.reduce((acc_hat, acc_one), 1, _add_pairs)
-            c_hat = s_hat[:, None] / cols
-            c_one = s_one[:, None] / cols
+            c_hat = tl.sum(acc_hat, axis=1)[:, None] / cols
+            c_one = tl.sum(acc_one, axis=1)[:, None] / cols
             tl.debug_barrier()  # the last tile's partial stores, by any thread, before this tile's loads
             for k in range(0, chunks):
                 c = (chunks - 1 - k) * CHUNK + c_offs
@@ -272,11 +257,10 @@ def layer_norm_backward_kernel(
                 dx = rstd * (dy * w[None, :] - c_one - xhat * c_hat)
                 tl.store(dx_ptr + r[:, None] * cols + c[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
                 later = tile > pid  # not this program's first tile: add to what it stored
-                sum_w, sum_b = tl.reduce((dy * xhat, dy), 0, _add_pairs)
                 part_w = tl.load(pw_row + c, mask=c_mask & later, other=0.0)
-                tl.store(pw_row + c, part_w + sum_w, mask=c_mask)
+                tl.store(pw_row + c, part_w + tl.sum(dy * xhat, axis=0), mask=c_mask)
                 part_b = tl.load(pb_row + c, mask=c_mask & later, other=0.0)
-                tl.store(pb_row + c, part_b + sum_b, mask=c_mask)
+                tl.store(pb_row + c, part_b + tl.sum(dy, axis=0), mask=c_mask)
 
 
 def _interpret_chunk(block):

@@ -113,13 +113,6 @@ def layer_norm_forward_kernel(
 
 
 @triton.jit
-def _add_pairs(a0, a1, b0, b1):
-    """The combine of tl.reduce over a pair of tensors: two sums in one reduction (one exchange
-    across the warps, where two tl.sum calls are two)."""
-    return a0 + b0, a1 + b1
-
-
-@triton.jit
 def layer_norm_backward_kernel(
     x_ptr,  # forward input, rows x cols, unit column stride
     w_ptr,  # weight, (cols,)
@@ -173,10 +166,12 @@ def layer_norm_backward_kernel(
         # the weight's slice again each row, from L1: held across the loop it was 16 more
         # registers a thread, and ptxas spilled at the 128 the grid allows
         g = dyf * tl.load(w_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
-        sum_g, sum_gx = tl.reduce((g, g * xhat), 0, _add_pairs)  # one exchange across the warps
+        sum_g = tl.sum(g, axis=0)
+        sum_gx = tl.sum(g * xhat, axis=0)
         if slices > 1:
             gs, gxs = share(part_ptr, row, rows, s, slices, sum_g, sum_gx, SLICES_P2, True)
-            sum_g, sum_gx = tl.reduce((gs, gxs), 0, _add_pairs)
+            sum_g = tl.sum(gs, axis=0)
+            sum_gx = tl.sum(gxs, axis=0)
         dx = rstd * (g - (sum_g + xhat * sum_gx) / cols)
         tl.store(dx_ptr + row * cols + c, dx.to(dx_ptr.dtype.element_ty), mask=c_mask)
         dw += dyf * xhat
