@@ -7,7 +7,8 @@ variance of x - mean. The question: is the second cross-warp reduction what keep
 backward behind rms_norm's (step 3 at bf16 4096^2: 48.7 us against 37.1, run c27de173e145)?
 
 Subjects per shape, bf16: step 3 and step 4 (backward) or step 3 (forward), each as committed at
-REF ('now') and at c520f7e ('pair'); rms_norm's step 3 and 4 as committed at REF for scale. Each
+REF ('before', default 961c813: the steps as they were), at c520f7e ('pair') and as in the working
+tree ('now'); rms_norm's steps of the working tree for scale. Each
 subject's outputs, written over NaN, are checked against the op spec's fp64 reference and
 tolerance first; then all are timed in turns with the bench's method (CUDA-graph replays, L2
 flushed, median; rosetta.timing.measure_in_turns). GB/s counts 3 x |x| backward, 2 x |x| forward.
@@ -20,9 +21,11 @@ import tempfile
 
 import torch
 
+import rosetta
 from rosetta.bench import environment
 from rosetta.ops import SPECS
 from rosetta.timing import Flush, measure_in_turns
+from rosetta.torch_ops import triton_module
 
 PAIR = "c520f7e"
 STEP_FILES = {3: "03_prefetched_partials.py", 4: "04_split_rows.py"}
@@ -42,13 +45,17 @@ def module_at(ref, op, step):
     return module
 
 
+def working_tree(op, step):
+    return triton_module(next(v for v in rosetta.variants(op=op, backend="triton") if v.step == step))
+
+
 def main(ref):
     flush = Flush("read")
     for direction, shapes in SHAPES.items():
         steps = (3, 4) if direction == "backward" else (3,)
-        subjects_at = [(f"ln{s} {label}", "layer_norm", module_at(at, "layer_norm", s))
-                       for s in steps for label, at in (("now", ref), ("pair", PAIR))]
-        subjects_at += [(f"rms{s}", "rms_norm", module_at(ref, "rms_norm", s)) for s in steps]
+        subjects_at = [(f"ln{s} {label}", "layer_norm", module_at(at, "layer_norm", s) if at else working_tree("layer_norm", s))
+                       for s in steps for label, at in (("before", ref), ("pair", PAIR), ("now", None))]
+        subjects_at += [(f"rms{s}", "rms_norm", working_tree("rms_norm", s)) for s in steps]
         for rows, cols in shapes:
             names, subjects, nbytes = [], [], None
             for name, op, module in subjects_at:
@@ -81,4 +88,4 @@ if __name__ == "__main__":
     print(f"# {env['gpu']}, driver {env['driver']}, CUDA {env['cuda_runtime']}, torch {env['torch']}, "
           f"triton {env['triton']}, git {env['git_sha']}, {env['date_utc'][:10]}")
     print("# times in us (p50 of CUDA-graph replays, L2 flushed, every subject in turns) and GB/s")
-    main(sys.argv[1] if len(sys.argv) > 1 else "HEAD")
+    main(sys.argv[1] if len(sys.argv) > 1 else "961c813")

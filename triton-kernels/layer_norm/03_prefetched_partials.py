@@ -2,8 +2,8 @@
 Step 3 — backward: prefetched tiles into partial rows, long rows in chunks; forward tuned per row
 Changed:  backward: step 2's persistent programs, each with two fp32 partial rows (dy*xhat and
           dy) summed in a fixed order by a second kernel, with four changes. (1) The next tile's
-          x and dy are loaded (kept bf16, packed) before the current tile is reduced and stored:
-          two tiles in flight a program. (2) dweight and dbias are summed elementwise into two
+          x and dy (kept bf16, packed), mean and rstd are loaded before the current tile is
+          reduced and stored: two tiles in flight a program. (2) dweight and dbias are summed elementwise into two
           ROWS x BLOCK fp32 tiles and reduced over their rows once, at the end: no cross-warp
           reduction a tile. (3) The grid is autotuned with the tile: PER_SM = 1, 2 or 4 programs
           an SM (8-16 warps an SM, maxnreg keeps them all resident), at most the count whose
@@ -36,10 +36,14 @@ Still:    long rows are bound by that L2 traffic (~26 B an element through L2 ag
           does not expose; step 4 splits it across programs that meet through L2. The partials and their second launch remain (~1-3 us). The grid's
           size is a config, so the bits of dweight and dbias are fixed per (shape, chosen
           config), as in step 2. Nothing pipelines the chunked passes beyond the other programs.
-          The backward's two row sums (of g * xhat and of g) are two cross-warp reductions a
-          tile: at 4,096 columns and 16 warps its PTX holds 10 bar.sync against rms_norm step
-          3's 5, and it runs 48.7 us at bf16 4096^2 against rms_norm's 37.1 (run
-          c27de173e145). One tl.reduce over the pair compiles to 7 (not yet measured).
+          The backward ran 48.7 us at bf16 4096^2 against rms_norm's 37.1 (run c27de173e145)
+          while it loaded each tile's mean and rstd in the tile's own iteration: xhat needs
+          them before either row sum, so every tile waited a DRAM round trip (~1.5 us, 31 tiles
+          a program at one an SM) that rms_norm's dot, which needs no statistic, hides.
+          Predicted with them loaded a tile ahead: ~39 us. The first suspect, the two row sums
+          (10 bar.sync a tile at 16 warps against rms_norm's 5), taken by one tl.reduce over the
+          pair (7): 48.6 us, no change, and step 4 slower with it
+          (bench/ablations/norm_triton_pair_reduce.py).
 Limits:   no row limit (step 2's 65,536 is gone). ptxas -v, sm_90a: all 154 backward configs
           (both ops, bf16 and fp32, 256 to 65,536 columns) spill-free, bf16 80-150 registers,
           fp32 80-186, each under maxnreg = 64K / (32 x PER_SM x WARPS); fp32 takes 16 values a
@@ -190,33 +194,41 @@ def layer_norm_backward_kernel(
         # one iteration early (below), so each program has two tiles' loads in flight while it
         # reduces and stores: step 2's load, reduce, store, then load again is gone.
         r = pid.to(tl.int64) * ROWS + r_offs
-        mask = (r < rows)[:, None] & c_mask[None, :]
+        r_mask = r < rows
+        mask = r_mask[:, None] & c_mask[None, :]
         x = tl.load(x_ptr + r[:, None] * x_row_stride + c_offs[None, :], mask=mask, other=0.0)
         dy = tl.load(dy_ptr + r[:, None] * dy_row_stride + c_offs[None, :], mask=mask, other=0.0)
+        mean = tl.load(mean_ptr + r, mask=r_mask, other=0.0)
+        rstd = tl.load(rstd_ptr + r, mask=r_mask, other=0.0)
         for tile in range(pid.to(tl.int64), tiles, progs):
             r = tile * ROWS + r_offs
             r_mask = r < rows
             mask = r_mask[:, None] & c_mask[None, :]
             # The next tile (all masked past the last): kept in the input dtype (bf16: packed, half
-            # the registers) until its own iteration converts it.
+            # the registers) until its own iteration converts it; its mean and rstd with it: xhat
+            # needs them before either row sum, so loaded here they would put a memory round trip
+            # on every tile's critical path (rms_norm's dot needs no statistic first).
             rn = r + progs * ROWS
-            mask_n = (rn < rows)[:, None] & c_mask[None, :]
+            rn_mask = rn < rows
+            mask_n = rn_mask[:, None] & c_mask[None, :]
             x_next = tl.load(x_ptr + rn[:, None] * x_row_stride + c_offs[None, :], mask=mask_n, other=0.0)
             dy_next = tl.load(dy_ptr + rn[:, None] * dy_row_stride + c_offs[None, :], mask=mask_n, other=0.0)
-            mean = tl.load(mean_ptr + r, mask=r_mask, other=0.0)[:, None]
-            rstd = tl.load(rstd_ptr + r, mask=r_mask, other=0.0)[:, None]
+            mean_next = tl.load(mean_ptr + rn, mask=rn_mask, other=0.0)
+            rstd_next = tl.load(rstd_ptr + rn, mask=rn_mask, other=0.0)
             # other=0: padding has dy = 0 (so g = 0) and xhat = 0: it adds nothing.
             dyf = dy.to(tl.float32)
-            xhat = tl.where(mask, (x.to(tl.float32) - mean) * rstd, 0.0)
+            xhat = tl.where(mask, (x.to(tl.float32) - mean[:, None]) * rstd[:, None], 0.0)
             g = dyf * w[None, :]
             c_hat = tl.sum(g * xhat, axis=1)[:, None] / cols
             c_one = tl.sum(g, axis=1)[:, None] / cols
-            dx = rstd * (g - c_one - xhat * c_hat)
+            dx = rstd[:, None] * (g - c_one - xhat * c_hat)
             tl.store(dx_ptr + r[:, None] * cols + c_offs[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
             acc_w += dyf * xhat
             acc_b += dyf
             x = x_next
             dy = dy_next
+            mean = mean_next
+            rstd = rstd_next
         if pid < tiles:
             tl.store(pw_row + c_offs, tl.sum(acc_w, axis=0), mask=c_mask)
             tl.store(pb_row + c_offs, tl.sum(acc_b, axis=0), mask=c_mask)
