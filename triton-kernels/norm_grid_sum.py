@@ -3,8 +3,8 @@ wrote them, after it meets once.
 
 Every program of a split grid is resident at once (norm_common.split_kernel's register cap), so
 the grid can meet: each program stores its partial rows, arrives, waits for the last to arrive,
-then sums a strip of PARTIAL_COLUMNS columns of every sum over all the partial rows, in a
-fixed order, and stores it: no second launch. Under the interpreter programs run one after another and
+then sums a strip of PARTIAL_COLUMNS columns of one sum over all the partial rows, in a fixed
+order, and stores it: no second launch. Under the interpreter programs run one after another and
 cannot wait: there the host launches norm_common.sum_counted_partials, as step 3 does."""
 import triton
 import triton.language as tl
@@ -29,19 +29,20 @@ def grid_sum_partials(partial_ptr, sync_ptr, groups, cols, out0_ptr, out1_ptr, S
     while tl.atomic_add(sync_ptr, 0, sem="acquire") < programs:
         pass
     tl.debug_barrier()  # thread 0 has seen them all: so may the others
+    strips = tl.cdiv(cols, BLOCK_C)
     g = tl.arange(0, BLOCK_G)
-    # A task is a strip of columns of every sum: both sums' loads in flight at once, and 4,096
-    # columns are 128 tasks, one round for 132 programs (a task a sum made layer_norm's 256 two)
-    for strip in range(tl.program_id(0), tl.cdiv(cols, BLOCK_C), programs):
-        c = strip * BLOCK_C + tl.arange(0, BLOCK_C)
+    for task in range(tl.program_id(0), strips * SUMS, programs):
+        k = task // strips
+        c = (task % strips) * BLOCK_C + tl.arange(0, BLOCK_C)
         mask = (g < groups)[:, None] & (c < cols)[None, :]
-        rows = partial_ptr + g[:, None].to(tl.int64) * cols + c[None, :]
+        rows = partial_ptr + (k * groups + g)[:, None].to(tl.int64) * cols + c[None, :]
         # .cg: L2, never this SM's L1, which may hold these lines from an earlier launch
-        part0 = tl.load(rows, mask=mask, other=0.0, cache_modifier=".cg")
+        total = tl.sum(tl.load(rows, mask=mask, other=0.0, cache_modifier=".cg"), axis=0)
+        if k == 0:
+            tl.store(out0_ptr + c, total.to(out0_ptr.dtype.element_ty), mask=c < cols)
         if SUMS == 2:
-            part1 = tl.load(rows + groups.to(tl.int64) * cols, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.store(out1_ptr + c, tl.sum(part1, axis=0).to(out1_ptr.dtype.element_ty), mask=c < cols)
-        tl.store(out0_ptr + c, tl.sum(part0, axis=0).to(out0_ptr.dtype.element_ty), mask=c < cols)
+            if k == 1:
+                tl.store(out1_ptr + c, total.to(out1_ptr.dtype.element_ty), mask=c < cols)
     if tl.atomic_add(sync_ptr + 1, 1, sem="relaxed") == programs - 1:
         tl.atomic_xchg(sync_ptr, 0, sem="relaxed")
         tl.atomic_xchg(sync_ptr + 1, 0, sem="relaxed")

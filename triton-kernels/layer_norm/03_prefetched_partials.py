@@ -39,11 +39,12 @@ Still:    long rows are bound by that L2 traffic (~26 B an element through L2 ag
           The backward ran 48.7 us at bf16 4096^2 against rms_norm's 37.1 (run c27de173e145)
           while it loaded each tile's mean and rstd in the tile's own iteration: xhat needs
           them before either row sum, so every tile waited a DRAM round trip (~1.5 us, 31 tiles
-          a program at one an SM) that rms_norm's dot, which needs no statistic, hides.
-          Predicted with them loaded a tile ahead: ~39 us. The first suspect, the two row sums
-          (10 bar.sync a tile at 16 warps against rms_norm's 5), taken by one tl.reduce over the
-          pair (7): 48.6 us, no change, and step 4 slower with it
-          (bench/ablations/norm_triton_pair_reduce.py).
+          a program at one an SM) that rms_norm's dot, which needs no statistic, hides. Loaded a
+          tile ahead (predicted ~39 us): 39.7 us, 16,384 x 8,192 306.8 -> 277.2, fp32 4096^2
+          79.0 -> 71.2 (run a6434ea31418). The first suspect, the two row sums (10 bar.sync a
+          tile at 16 warps against rms_norm's 5), taken by one tl.reduce over the pair (7):
+          48.7 us against 48.4 in turns, and step 4 slower with it
+          (results/<gpu>/ablation_norm_triton_pair_reduce.txt).
 Limits:   no row limit (step 2's 65,536 is gone). ptxas -v, sm_90a: all 154 backward configs
           (both ops, bf16 and fp32, 256 to 65,536 columns) spill-free, bf16 80-150 registers,
           fp32 80-186, each under maxnreg = 64K / (32 x PER_SM x WARPS); fp32 takes 16 values a

@@ -33,7 +33,13 @@ Still:    a program waits for its slowest peer on every row, an L2 round trip wh
           4096^2 2,452 -> 2,477 GB/s, 4,096 x 32,768 2,251 -> 2,272, 16,384 x 8,192 2,911 ->
           2,880 (runs aeb7dde80dae, 1b5644dd6c75): the meeting costs about what the launch did.
           Whole rows at 1 program an SM (8 values a thread, half the partial bytes) measured
-          slower in a development probe (4096^2 backward 44.1 -> 48.9 us).
+          slower in a development probe (4096^2 backward 44.1 -> 48.9 us). The grid sum's 256
+          tasks at 4,096 columns (a strip of one sum each) take two rounds of the 132 programs;
+          a task for both sums of a strip (one round) measured no faster (run a6434ea31418:
+          4096^2 44.8 us, 32,768 x 4,096 291.2, against 40.9 and 276.8 before, and 42.7 and
+          278.5 for the same code in turns in another process): this step's time moves ~5%
+          from process to process, more than the second round costs, and the change was not
+          kept. One tl.reduce over the row's two sums: slower (ablation_norm_triton_pair_reduce.txt).
 Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536. Every
           program of the grid must be resident at once (registers capped for it): other work
           holding SMs (another stream, MPS) makes the groups wait for it, and hangs them if it
