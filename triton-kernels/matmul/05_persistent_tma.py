@@ -28,9 +28,15 @@ Still:    one instruction stream issues TMA, waits on barriers, runs wgmma and t
           (bf16, do_bench): every config of the list takes 143-224 us at 3000^3 against
           192-349 us at 4096^3, 1.7x the time a flop; tensor maps built on the host (the driver
           sets 128-byte L2 promotion, where the device-built ones here leave it unset) were
-          within 1-3% of these at both shapes, so promotion is not the gap. CUDA step 13 closes
-          it with 192 x 192 tiles and TMA multicast across a cluster (half the L2 traffic a
-          flop); Triton has neither a 192-wide tl.dot tile nor multicast.
+          within 1-3% of these at both shapes, so promotion is not the gap. It is B's pitch far
+          more than A's (results/<gpu>/ablation_matmul_triton_pitch.txt, in turns): at 4096 x
+          4096 x 3000 (M x K x N) 185.6 us, 140.4 with B's rows padded to whole lines, and the
+          same B stored column-major (pitch K = 4096) 139.9; A's rows off the lines (K = 3000)
+          cost 1.5%, B column-major with pitch K = 3000 costs 43%; at 3000^3 padding A alone
+          takes 148.8 to 132.2, B alone to 108.0. A taller tile (256 x 128: B read over 256
+          rows, half its bytes a flop) does not recover it (174.7-181.7 at 4096 x 4096 x 3000).
+          CUDA step 13 closes it with 192 x 192 tiles and TMA multicast across a cluster (half
+          the L2 traffic a flop); Triton has neither a 192-wide tl.dot tile nor multicast.
 Limits:   TMA needs a 16-byte aligned base, one unit stride and a leading stride that is a
           multiple of 16 bytes for a and b (row- or column-major) and out (row-major): 16-bit K
           and N multiples of 8. Otherwise (a[:, 1:], odd K or N) launch raises ValueError; step
