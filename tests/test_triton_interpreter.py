@@ -115,3 +115,28 @@ def test_split_k_reduction_grid_fills_the_machine():
         assert rows == min(8, 1 << (m - 1).bit_length()) and 128 <= rows * cols <= 1024
         programs = -(-m // rows) * -(-n // cols)
         assert rows * cols == 128 or programs >= 2 * 132
+
+
+LAST_WAVE = next(v for v in rosetta.variants("matmul", "triton") if v.name == "split_last_wave")
+
+
+@pytest.mark.parametrize("shape,whole,slices", [((64, 160, 64), 3, 2), ((20, 200, 24), 0, 3), ((96, 64, 96), 9, 1)],
+                         ids=["a tail of one tile", "under one wave", "no tail"])
+def test_split_last_wave_splits_only_the_tail(interpreter, cpu_gen, shape, whole, slices):
+    """Step 10 on the interpreter's 3 "SMs" and its one 32 x 32 x 16 config: the full waves' tiles
+    whole, the tail's tiles in K-slices added in the kernel; two launches give the same bits, and
+    every counter the last slice drew is back at zero (nobody else zeroes them)."""
+    from rosetta.triton_launch import _TICKETS
+
+    module = rosetta.torch_ops.triton_module(LAST_WAVE)
+    (c,) = module.CONFIGS
+    M, K, N = shape
+    tiles = -(-M // c.kwargs["BLOCK_M"]) * -(-N // c.kwargs["BLOCK_N"])
+    assert module.split_plan(tiles, -(-K // c.kwargs["BLOCK_K"]), module.INTERPRET_SMS) == (whole, slices)
+    a, b = make_inputs("matmul", shape, torch.float16, "cpu", cpu_gen)
+    first, second = torch.full((M, N), float("nan"), dtype=a.dtype), torch.full((M, N), float("nan"), dtype=a.dtype)
+    for out in (first, second):
+        rosetta.torch_ops.raw_launcher(LAST_WAVE, "forward")(a, b, out)
+        assert not any(t.any() for t in _TICKETS.values())
+    assert torch.equal(first, second)
+    assert_matches_reference(LAST_WAVE, (a, b), first)
