@@ -18,7 +18,15 @@ Why:      step 5 at bf16 256 x 3584 x 18944 (Qwen2-7B's MLP, 256 tokens) has 148
           adds: predicted ~47-52 us, 1.05-1.15x cuBLAS, where the bytes of B (136 MB, ~45 us at
           3 TB/s) set the floor. 128 x 4096 x 4096 (16 tiles: all split 8 ways): ~step 9's
           time with TMA loads (step 9's pointer loads: 0.77x).
-Still:    the split is decided from the tile count alone: a tail of many tiles (T mod S near
+Still:    measured (H100, bf16 suite, results/<gpu>/ablation_matmul_triton_10_suite.txt): 256 x
+          3584 x 18944 80.4 us against step 5's 81.0, not ~50: the ragged wave was not what held
+          it. Each 128 x 256 tile streams 2.75 MB of A and B from L2 over its K: the first
+          wave's 132 tiles move ~363 MB, ~56 us at the 6.5 TB/s `make survey` measured for L2
+          reads, and the 16 split tiles 44 MB more (~7 us): L2 traffic, not the ragged wave,
+          sets ~63 of the 80 us, and splitting K moves the same bytes. cuBLAS's 55 us must
+          read fewer bytes a flop (a larger tile, or multicast, which Triton lacks). At small M the non-persistent grid pays a device-side tensor map and a
+          pipeline fill per program, and the split its slots: 1 x 768 x 3072 14.7 us against
+          step 9's 8.4. The split is decided from the tile count alone: a tail of many tiles (T mod S near
           S) gets P = 1 and keeps step 5's ragged wave, and where the full waves are few the
           split wave still pays its fix-up. The fix-up is one program per tile, after its own
           slice, as in step 9. A CUDA graph holds the counters of the stream it was captured on,
@@ -33,6 +41,8 @@ Max:      tma_unaligned <= 0; tma_out_unaligned <= 0
 Mirrors:  CUDA step 17 (stream-K: whole waves data-parallel, the last shared, shared tiles added
           in the kernel behind a counter), with the tail shared by K-slices instead of a line of
           iterations
+Slower:   than the best earlier step on 51 of the 54 bf16 suite cases measured on the H100, the
+          other three within 1% (a lesson, not a default)
 """
 import torch
 import triton
