@@ -7,11 +7,9 @@ Changed:  rms_norm step 4's split: a long row cut into slices, program s of a gr
           and rstd) in flight through the wait. A slice's two sums travel as one word
           (share_pair: one's bits high, the other's low with their last bit set, so a posted
           word is never the zero of an unposted one), where rms_norm's one sum takes a word with
-          a flag half (norm_common.share). Two words a slice, as first built, measured 2,261
-          GB/s backward at 4,096 x 32,768 against rms_norm's 2,723 (runs c27de173e145,
-          aeb7dde80dae): each row's wait was two atomics and two polls. Predicted with one:
-          ~2,400 there, forward ~1,850 (1,776), whole rows unchanged; measured 2,516 and 2,019,
-          whole rows within 0.5% (run 0da6001dd4db). Forward: each slice posts its
+          a flag half (norm_common.share); two words a slice, as first built, cost each row's
+          wait a second atomic and poll (KERNEL_LOG: 2,261 -> 2,516 GB/s backward at 4,096 x
+          32,768). Forward: each slice posts its
           mean and its sum of squared deviations from that mean, and every program merges them
           exactly (Chan: M2 = sum of M2_s + n_s (mean_s - mean)^2), so the variance never forms
           E[x^2] - E[x]^2. Backward: the slices' sums of g = dy*w and of g*xhat; dweight's and
@@ -40,17 +38,14 @@ Still:    a program waits for its slowest peer on every row, an L2 round trip wh
           4096^2 2,452 -> 2,477 GB/s, 4,096 x 32,768 2,251 -> 2,272, 16,384 x 8,192 2,911 ->
           2,880 (runs aeb7dde80dae, 1b5644dd6c75): the meeting costs about what the launch did.
           Whole rows at 1 program an SM (8 values a thread, half the partial bytes) measured
-          slower in a development probe (4096^2 backward 44.1 -> 48.9 us). The grid sum's 256
-          tasks at 4,096 columns (a strip of one sum each) take two rounds of the 132 programs;
-          a task for both sums of a strip (one round) measured no faster (run a6434ea31418:
-          4096^2 44.8 us, 32,768 x 4,096 291.2, against 40.9 and 276.8 before, and 42.7 and
-          278.5 for the same code in turns in another process): this step's time moves ~5%
-          from process to process, more than the second round costs, and the change was not
-          kept. One tl.reduce over the row's two sums: slower (ablation_norm_triton_pair_reduce.txt).
+          slower in a development probe (4096^2 backward 44.1 -> 48.9 us). Not kept: a grid-sum
+          task for both sums of a strip (one round of 128 at 4,096 columns, not two of 256; no
+          faster within this step's ~5% from process to process, run a6434ea31418) and one
+          tl.reduce over the row's two sums (slower: ablation_norm_triton_pair_reduce.txt).
 Limits:   rows of 4,096 columns and more (shorter rows are step 3's); at most 65,536. Every
           program of the grid must be resident at once (registers capped for it): other work
           holding SMs (another stream, MPS) makes the groups wait for it, and hangs them if it
-          never ends. Workspace: 16 bytes a slice a row, 2 x groups x cols fp32 (backward), and two
+          never ends. Workspace: 8 bytes a slice a row (the first half of norm_common's 16-byte plan), 2 x groups x cols fp32 (backward), and two
           counters the kernel leaves at zero (triton_launch.tickets).
 Layout:   rows
 Min:      cols >= 4096
