@@ -285,7 +285,8 @@ BOUNDS = [(v, q, rel, limit) for v in VARIANTS
                          ids=lambda p: getattr(p, "label", str(p)))
 def test_declared_limit_raises_naming_the_steps_that_take_it(gen, v, quantity, relation, limit):
     if quantity in ("tma_out_unaligned", "b_column_major"):  # b column-major (out's rows: 126 bytes)
-        a, b = make_inputs(v.op, (4, 32, 63), v.dtypes[0], GPU, gen)
+        rows = 1 if quantity == "b_column_major" else 4  # within every GEMV's m_rows
+        a, b = make_inputs(v.op, (rows, 32, 63), v.dtypes[0], GPU, gen)
         inputs = (a, b.t().contiguous().t())
     else:
         inputs = make_inputs(v.op, breaking_shape(quantity, relation, limit, v.dtypes[0]), v.dtypes[0], GPU, gen)
@@ -339,10 +340,11 @@ def test_autograd_runs_the_same_step(gen, v):
     """Gradients through the step's own kernels against fp64 autograd on the same inputs."""
     dtype = v.dtypes[0]
     # matmul: rows TMA can read, else K = 1, whose backward products the small-M steps take
-    # (dA = dC @ B^T with B^T a single column, dB = A^T @ dC with one row); softmax: short rows,
+    # (dA = dC @ B^T with B^T a single column, dB = A^T @ dC with one row; M = 1 for the one-row
+    # GEMV); softmax: short rows,
     # else the long ones steps 6-8 are meant for; other ops: the fourth test shape first
     shapes = {"softmax": [(37, 777), (5, 50000), (3, 32768)],
-              "matmul": [(64, 128, 48), (8, 1, 8)]}.get(v.op) or test_shapes_from(v.op, 3)
+              "matmul": [(64, 128, 48), (8, 1, 8), (1, 1, 8)]}.get(v.op) or test_shapes_from(v.op, 3)
     inputs = list(fitting_case(v, shapes, dtype, gen, grad=True)[1])
     out = as_tuple(v(*inputs))[0]  # the first output (saved statistics have no gradient)
     grad = torch.randn(out.shape, device=GPU, generator=gen).to(dtype)
@@ -411,7 +413,7 @@ FULL_CHECKS = QUICK_CHECKS + ("test_aot_dispatch_dynamic",)
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v.label)
 def test_opcheck(gen, v):
     dtype = v.dtypes[0]
-    shapes = {"softmax": [(7, 33), (2, 32768)], "matmul": [(24, 16, 8), (8, 1, 8)]}.get(v.op) \
+    shapes = {"softmax": [(7, 33), (2, 32768)], "matmul": [(24, 16, 8), (8, 1, 8), (1, 1, 8)]}.get(v.op) \
         or test_shapes_from(v.op, 2)
     shape, inputs = fitting_case(v, shapes, dtype, gen, grad=bool(SPECS[v.op].autograd))
     inputs = tuple(t.detach() for t in inputs)

@@ -43,8 +43,9 @@ def test_triton_step_strided(interpreter, cpu_gen, v):
 def test_triton_launch_into_poisoned_output(interpreter, cpu_gen, v):
     """The bench's path: a preallocated output poisoned with NaN must be fully overwritten."""
     dtype = torch.float32 if torch.float32 in v.dtypes else torch.float16
-    # matmul: rows TMA can read, M <= 16; else the last non-empty CPU shape the step takes
-    shapes = [(8, 16, 8)] if v.op == "matmul" else [s for s in reversed(SPECS[v.op].cpu_shapes) if 0 not in s]
+    # matmul: rows TMA can read, M <= 16 (M = 1 for the one-row GEMV); else the last non-empty CPU
+    # shape the step takes
+    shapes = [(8, 16, 8), (1, 16, 8)] if v.op == "matmul" else [s for s in reversed(SPECS[v.op].cpu_shapes) if 0 not in s]
     inputs = next(i for i in (make_inputs(v.op, s, dtype, "cpu", cpu_gen) for s in shapes) if fits(v, i))
     out = poisoned_output(v.op, inputs)
     assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out))
