@@ -22,11 +22,18 @@ Why:      step 8 walks B a row at a time, each row an (M_PAD, 1) column of A bui
           M = 1 only: with M rows the tile would be (M, 64, BLOCK_N), and for that 3-D product
           Triton 3.6 chose a layout of one element a thread: B's 16-byte rows then load 2 bytes
           at a time (ld.global.b16 in the PTX). M = 2-8 stay with steps 7-9's tl.dot.
-Still:    one row only; a column-major B (a weight (out, in) used as W.t()) would need the
-          dot-product form and is refused, left to steps 4-7. The last slice of a strip adds
-          its partials alone, after its own tile loop. Nothing here shortens the fixed cost of
-          the first DRAM round trips after a launch, which at 1 x 4096 x 4096 is a third of
-          the time (CUDA step 15's lesson).
+Still:    slower than the best earlier step on all six M = 1 cases of the bf16 suite (run
+          ffa3211c19e4): 1-4% behind on the four long products (N or K of 14,336 and up, where each
+          program streams a long slice), 8% behind step 9's split tl.dot at 1 x 4096 x 4096 and 20%
+          at 1 x 768 x 3072, the shapes it was written for. Those are short slices, a few tiles a
+          program: the inner loop is the same bytes either way, so what is left is each program's
+          fixed cost (its first DRAM round trip, then the last slice's round trip for the partials),
+          not measured apart here. Its one lead is an odd row: 1 x 997 x 1013 bf16 in turns
+          (bench/ablations/matmul_triton_gemv.py) 8.6 us against step 7's 14.1, step 9's 14.8 and
+          cuBLAS's 8.0; B's 2,026-byte rows cost the tl.dot steps their vector loads and pipeline,
+          while this loop keeps 64 rows in flight even at 2 bytes a load. The suite has no odd
+          one-row case, so step=None never sees it. One row only; a column-major B (a weight (out,
+          in) used as W.t()) would need the dot-product form and is refused, left to steps 4-7.
 Limits:   M = 1 (`m_rows`), B row-major (`b_column_major`): others are refused before launch.
           A and B need their last stride 1 (the dispatcher copies A otherwise). Workspace: the
           partials, slices x N fp32 (at most 64 x N), where K is split.
@@ -34,6 +41,8 @@ Dtypes:   float32, float16, bfloat16
 Layout:   rows
 Max:      m_rows <= 1; b_column_major <= 0
 Mirrors:  CUDA step 15 (GEMV-style small M, the in-kernel fix-up behind a ticket)
+Slower:   than the best earlier step on the six one-row bf16 suite cases measured on the H100,
+          two of them within 1.5% (a lesson, not a default)
 """
 import torch
 import triton
