@@ -16,12 +16,18 @@ Why:      step 7's reduction is a second launch: ~2-3 us of an 8-20 us call at s
           16 x 768 x 3072 (16 x 128 x 128 tiles, 24 tiles x 2-4 slices) the last program of a
           tile reads 2-4 partials of 8 KB: one round trip of four loads in flight, ~1 us, where
           step 7 paid a launch.
-Still:    the fix-up runs on one program per tile, after its own slice: with many slices a tile
-          (64 x 16384 x 64: one tile, 32 slices) one SM adds 32 partials in 8 dependent rounds
-          where step 7's reduction spreads them over the machine, as CUDA step 17 found. The
-          split rule is step 7's, which charges each split for a second launch it no longer
-          pays. A CUDA graph holds the buffer of the stream it was captured on: two replays of
-          graphs captured on one stream must not run at the same time on two streams.
+Still:    the fix-up runs on one program per tile, after its own slice: with many slices a tile (64
+          x 16384 x 64: one tile, 32 slices) one SM adds 32 partials in 8 dependent rounds where
+          step 7's reduction spreads them over the machine, as CUDA step 17 found. The split rule is
+          step 7's, which charges each split for a second launch it no longer pays. A CUDA graph
+          holds the buffer of the stream it was captured on: two replays of graphs captured on one
+          stream must not run at the same time on two streams. The tile the tuner picks is not the
+          gap to cuBLAS at mid-size M: each candidate timed alone at eight shapes, both steps, the
+          tuner's do_bench (a zeroing flush, whose write-back lands in the timed kernel: a median
+          2.7 us more a time, up to 54) picked a config within 2.4% of the best by the bench's own
+          timing
+          (bench/ablations/matmul_triton_tuner.py); at 128 x 4096 x 4096 the three candidates ran
+          23.0-23.4 us.
 Limits:   as step 7: problems of at most two waves of 128 x 128 output tiles on 132 SMs
           (`output_tiles <= 264`); larger ones are refused before launch. The workspace for the
           partials as step 7's; the counters are one int32 per output tile (at least 4,096).
