@@ -45,7 +45,8 @@ def test_triton_launch_into_poisoned_output(interpreter, cpu_gen, v):
     dtype = torch.float32 if torch.float32 in v.dtypes else torch.float16
     # matmul: rows TMA can read, M <= 16 (M = 1 for the one-row GEMV); else the last non-empty CPU
     # shape the step takes
-    shapes = [(8, 16, 8), (1, 16, 8)] if v.op == "matmul" else [s for s in reversed(SPECS[v.op].cpu_shapes) if 0 not in s]
+    shapes = [(8, 16, 8), (1, 16, 8)] if v.op == "matmul" else \
+        [s for s in reversed(SPECS[v.op].cpu_shapes) if 0 not in s]
     inputs = next(i for i in (make_inputs(v.op, s, dtype, "cpu", cpu_gen) for s in shapes) if fits(v, i))
     out = poisoned_output(v.op, inputs)
     assert_matches_reference(v, inputs, v.launch_into(*inputs, out=out))
@@ -141,3 +142,36 @@ def test_split_last_wave_splits_only_the_tail(interpreter, cpu_gen, shape, whole
         assert not any(t.any() for t in _TICKETS.values())
     assert torch.equal(first, second)
     assert_matches_reference(LAST_WAVE, (a, b), first)
+
+
+GEMV_TILES = next(v for v in rosetta.variants("matmul", "triton") if v.name == "gemv_tiles")
+
+
+@pytest.mark.parametrize("shape", [(1, 100, 150), (1, 7, 64), (1, 0, 40)],
+                         ids=["3 slices, a ragged last strip", "short K, one strip", "K = 0"])
+def test_gemv_tiles_fix_up_leaves_its_counters_at_zero(interpreter, cpu_gen, shape):
+    """Step 11 under the interpreter splits K three ways wherever K allows: the last slice of each
+    strip adds the partials in order (two launches, the same bits) and leaves its counter at zero
+    for the next launch (nobody else zeroes them)."""
+    from rosetta.triton_launch import _TICKETS
+
+    M, K, N = shape
+    a, b = make_inputs("matmul", shape, torch.float32, "cpu", cpu_gen)
+    first, second = torch.full((M, N), float("nan")), torch.full((M, N), float("nan"))
+    for out in (first, second):
+        rosetta.torch_ops.raw_launcher(GEMV_TILES, "forward")(a, b, out)
+        assert not any(t.any() for t in _TICKETS.values())
+    assert torch.equal(first, second)
+    assert_matches_reference(GEMV_TILES, (a, b), first)
+
+
+def test_gemv_tiles_split_aims_at_four_programs_an_sm(monkeypatch):
+    """On a GPU (132 SMs): slices of whole 64-row tiles, ~4 programs an SM, at most 64 slices."""
+    module = rosetta.torch_ops.triton_module(GEMV_TILES)
+    monkeypatch.setattr(module, "INTERPRET", False)
+    assert module.split_rows(32, 4096, 132) == 256  # 1 x 4096 x 4096 bf16: 32 strips x 16 slices
+    assert module.split_rows(24, 768, 132) == 64  # 1 x 768 x 3072: 12 slices, one tile each
+    assert module.split_rows(112, 4096, 132) == 1024  # 1 x 4096 x 14336: 112 strips x 4
+    assert module.split_rows(600, 4096, 132) == 4096  # more strips than 4 an SM: no split
+    assert module.split_rows(1, 1 << 20, 132) == (1 << 20) // 64  # one strip: at most 64 slices
+    assert module.split_rows(32, 0, 132) == 64  # K = 0: one (empty) slice
