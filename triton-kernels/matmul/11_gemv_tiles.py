@@ -2,12 +2,12 @@
 Step 11 — M = 1: a GEMV over 2-D tiles of B, each program's column sums reduced once at its end
 Changed:  step 8's stream of B's rows, rewritten for one row of A. A program owns a strip of
           BLOCK_N columns (256 bytes of a row: 16 threads x 16 bytes) and a slice of K, and loads
-          B in tiles of 64 rows x BLOCK_N (16 KB, 8 vector loads a thread in flight) with the
-          tile's 64 values of a as one vector load (an L1 hit after the first strip). acc, a
+          B in tiles of 64 rows x BLOCK_N (16 KB, 8 vector loads a thread in flight) beside the
+          tile's 64 values of a (8 a thread, L1 hits after the first strip). acc, a
           64 x BLOCK_N fp32 tile laid out as the loaded tile is, takes a[k] x b[k, n] by
           elementwise FMAs: no shuffle, no shared memory inside the loop. Only after the slice
           does one tl.sum over acc's rows (a cross-warp reduction, once) give the strip's sums.
-          The split aims at 4 programs an SM (2,048 at 4096 columns is 32 strips x 16 slices);
+          The split aims at 4 programs an SM (528: at 4096 columns 32 strips x 16 slices);
           slices are whole tiles. Split strips meet as in step 9: each slice stores its fp32
           partial row, takes a ticket (acq_rel, after a barrier), and the last adds the partials
           in the order 0, 1, 2, ... (8 loads in flight, from L2), stores, and resets the ticket
