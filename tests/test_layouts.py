@@ -91,10 +91,11 @@ def test_a_layout_copy_starts_every_row_on_16_bytes(layout):
 
 def test_default_step_is_the_last_one_whose_limits_the_inputs_fit():
     """With no measured table (the CPU), step=None picks the most optimized step that takes the
-    inputs: a tiny problem goes to the last step (a small-problem one: CUDA's cluster split-K,
-    Triton's one-row GEMV); 16 rows go to a split-K step; a large problem is past every split-K step's
-    declared range (output_tiles) and goes to the last TMA step; a K of 33 (66-byte rows, no tensor
-    map) goes past every TMA step to the last one without that limit."""
+    inputs, `Slower:` steps aside: a tiny problem goes to the last step (a small-problem one: today
+    a split-K in both backends, CUDA's inside a cluster, Triton's with the fix-up in the kernel; a
+    GEMV would take only its own M); 16 rows go to a split-K step; a large problem is past every
+    split-K step's declared range (output_tiles) and goes to the last TMA step; a K of 33 (66-byte
+    rows, no tensor map) goes past every TMA step to the last one without that limit."""
     def best(m, k, n):
         return rosetta.best("matmul", backend, torch.bfloat16,
                             (torch.ones(m, k, dtype=torch.bfloat16), torch.ones(k, n, dtype=torch.bfloat16)))
