@@ -46,38 +46,48 @@ def step_launch(backend, step, a, b, out, constants=None):
     return with_constants
 
 
+def time_case(M, K, N, dtype, subjects, flush) -> str:
+    """One product, fresh inputs: each subject, (name, make) with make(a, b, out) -> a launch into
+    out, checked against fp64 first (a wrong one is reported and left out), then all timed in
+    turns. Returns the line "name us  name us ...". Also used by matmul_triton_gemv.py."""
+    a = torch.randn(M, K, device="cuda", dtype=dtype)
+    b = torch.randn(K, N, device="cuda", dtype=dtype)
+    ref = a.double() @ b.double()
+    scale = a.double().abs() @ b.double().abs()
+    names, launches = [], []
+    for name, make in subjects:
+        out = torch.empty(M, N, device="cuda", dtype=dtype)
+        launch = make(a, b, out)
+        launch()
+        torch.cuda.synchronize()
+        err = ((out.double() - ref).abs() / scale.clamp_min(1e-30)).max().item()
+        if not err < 2e-2:  # NaN fails too
+            print(f"  WRONG {name}: {err:.3g}")
+            continue
+        names.append(name)
+        launches.append([launch])
+    times = [r["p50_ms"] * 1e3 for r in measure_in_turns(launches, flush)]
+    return "  ".join(f"{n} {t:.1f}" for n, t in zip(names, times))
+
+
+def cublas(a, b, out):
+    return lambda: torch.mm(a, b, out=out)
+
+
 def main():
     flush = Flush("read")
     for dtype in (torch.bfloat16, torch.float32):
         for M, K, N in SHAPES:
-            a = torch.randn(M, K, device="cuda", dtype=dtype)
-            b = torch.randn(K, N, device="cuda", dtype=dtype)
-            ref = a.double() @ b.double()
-            scale = a.double().abs() @ b.double().abs()
-            names, subjects = [], []
-
-            def add(name, launch, out):
-                launch()
-                torch.cuda.synchronize()
-                err = ((out.double() - ref).abs() / scale.clamp_min(1e-30)).max().item()
-                if not err < 2e-2:  # NaN fails too
-                    print(f"  WRONG {name}: {err:.3g}")
-                    return
-                names.append(name)
-                subjects.append([launch])
-
-            out = torch.empty(M, N, device="cuda", dtype=dtype)
-            add("cublas", lambda out=out: torch.mm(a, b, out=out), out)
+            subjects = [("cublas", cublas)]
             for backend, step in (("cuda", 14), ("cuda", 15), ("triton", 7), ("triton", 8)):
                 if dtype == torch.float32 and (backend, step) == ("cuda", 14):
                     continue  # a wgmma step: 16-bit only
-                out = torch.empty(M, N, device="cuda", dtype=dtype)
-                add(f"{backend}{step}", step_launch(backend, step, a, b, out), out)
+                subjects.append((f"{backend}{step}",
+                                 lambda a, b, out, backend=backend, step=step: step_launch(backend, step, a, b, out)))
             for constants in STEP8_VARIANTS:
-                out = torch.empty(M, N, device="cuda", dtype=dtype)
-                add("k{}s{}m{}w{}p{}".format(*constants), step_launch("triton", 8, a, b, out, constants), out)
-            times = [r["p50_ms"] * 1e3 for r in measure_in_turns(subjects, flush)]
-            row = "  ".join(f"{n} {t:.1f}" for n, t in zip(names, times))
+                subjects.append(("k{}s{}m{}w{}p{}".format(*constants),
+                                 lambda a, b, out, c=constants: step_launch("triton", 8, a, b, out, c)))
+            row = time_case(M, K, N, dtype, subjects, flush)
             print(f"{str(dtype).removeprefix('torch.')} {M}x{K}x{N}: {row}", flush=True)
 
 

@@ -9,9 +9,10 @@ python bench/ablations/matmul_triton_gemv.py
 """
 import torch
 
-from rosetta import registry
 from rosetta.bench import environment
-from rosetta.timing import Flush, measure_in_turns
+from rosetta.timing import Flush
+
+from matmul_small_m import cublas, step_launch, time_case  # the same check-then-time of one product
 
 CASES = ([((1, k, n), torch.bfloat16) for k, n in ((768, 3072), (4096, 4096), (4096, 14336), (14336, 4096),
                                                     (3584, 18944), (8192, 28672), (997, 1013))]
@@ -22,31 +23,10 @@ STEPS = (7, 8, 9, 11)
 
 def main():
     flush = Flush("read")
+    subjects = [("cublas", cublas)] + [(f"t{step}", lambda a, b, out, step=step: step_launch("triton", step, a, b, out))
+                                       for step in STEPS]
     for (M, K, N), dtype in CASES:
-        a = torch.randn(M, K, device="cuda", dtype=dtype)
-        b = torch.randn(K, N, device="cuda", dtype=dtype)
-        ref = a.double() @ b.double()
-        scale = a.double().abs() @ b.double().abs()
-        names, subjects = [], []
-
-        def add(name, launch, out):
-            launch()
-            torch.cuda.synchronize()
-            err = ((out.double() - ref).abs() / scale.clamp_min(1e-30)).max().item()
-            if not err < 2e-2:  # NaN fails too
-                print(f"  WRONG {name}: {err:.3g}")
-                return
-            names.append(name)
-            subjects.append([launch])
-
-        out = torch.empty(M, N, device="cuda", dtype=dtype)
-        add("cublas", lambda out=out: torch.mm(a, b, out=out), out)
-        for step in STEPS:
-            out = torch.empty(M, N, device="cuda", dtype=dtype)
-            v = registry.select("matmul", "triton", step, dtype, (a, b))
-            add(f"t{step}", v.launcher("forward", (a, b), out)[0], out)
-        times = [r["p50_ms"] * 1e3 for r in measure_in_turns(subjects, flush)]
-        row = "  ".join(f"{n} {t:.1f}" for n, t in zip(names, times))
+        row = time_case(M, K, N, dtype, subjects, flush)
         print(f"{str(dtype).removeprefix('torch.')} {M}x{K}x{N}: {row}", flush=True)
 
 
